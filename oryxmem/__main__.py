@@ -1,0 +1,3 @@
+from oryxmem.cli import main
+
+main()

@@ -1,0 +1,245 @@
+"""The ``oryxmem`` command: a thin click layer over MemoryService.
+
+Domain errors become one line on stderr and a non-zero exit, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from oryxmem import __version__
+from oryxmem import config as config_module
+from oryxmem.errors import OryxError
+from oryxmem.payloads import agents_data, memory_data, recall_data, save_data
+from oryxmem.service import MemoryService
+from oryxmem.store.format import ARCHIVAL, SCOPES, Entry
+from oryxmem.workspace import init_workspace, open_workspace
+
+F = TypeVar("F", bound=Callable[..., Any])
+EXIT_ERROR = 1
+EXIT_INTERNAL = 70
+
+
+class Context:
+    def __init__(self, root: str | None) -> None:
+        self.root = root
+        self._service: MemoryService | None = None
+
+    @property
+    def service(self) -> MemoryService:
+        if self._service is None:
+            self._service = MemoryService.open(self.root)
+        return self._service
+
+
+pass_context = click.make_pass_decorator(Context)
+
+
+def emit_json(data: Any) -> None:
+    click.echo(json.dumps(data, ensure_ascii=False, indent=2))
+
+
+def json_option(func: F) -> F:
+    return click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")(func)
+
+
+def agent_option(func: F) -> F:
+    return click.option(
+        "--agent", "-a", default=None, metavar="NAME", help="Agent name (omit for the global file)."
+    )(func)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="oryxmem")
+@click.option(
+    "--root",
+    type=click.Path(file_okay=False, path_type=str),
+    default=None,
+    help="Workspace root (default: $ORYXMEM_ROOT, else the nearest parent holding .oryxos/).",
+)
+@click.pass_context
+def cli(ctx: click.Context, root: str | None) -> None:
+    """oryxmem: long-term memory for AI agents, kept in MEMORY.md files."""
+    ctx.obj = Context(root)
+    ctx.call_on_close(lambda: ctx.obj._service.close() if ctx.obj._service else None)
+
+
+@cli.command()
+@click.option("--git", is_flag=True, help="Also write .gitattributes with merge=union.")
+@pass_context
+def init(ctx: Context, git: bool) -> None:
+    """Create a workspace (.oryxos/ with config, .gitignore) here or at --root."""
+    root = Path(ctx.root or os.environ.get("ORYXMEM_ROOT") or Path.cwd())
+    created = init_workspace(root, git=git, config_text=config_module.default_config_text())
+    for path in created:
+        click.echo(f"created {path}")
+    if not created:
+        click.echo(f"{root.resolve() / '.oryxos'} already set up; nothing changed")
+
+
+@cli.command()
+@agent_option
+@click.option(
+    "--scope", type=click.Choice(SCOPES), default=ARCHIVAL, show_default=True, help="Section."
+)
+@click.argument("content")
+@json_option
+@pass_context
+def save(ctx: Context, agent: str | None, scope: str, content: str, as_json: bool) -> None:
+    """Save CONTENT as a new entry ('-' reads it from stdin)."""
+    if content == "-":
+        content = sys.stdin.read()
+    result = ctx.service.save(agent, content, scope)
+    if as_json:
+        emit_json(save_data(result))
+    else:
+        click.echo(f"saved to {result.agent.describe()} ({scope}): {result.entry.render()}")
+
+
+@cli.command()
+@agent_option
+@click.argument("keyword")
+@json_option
+@pass_context
+def recall(ctx: Context, agent: str | None, keyword: str, as_json: bool) -> None:
+    """Print archival entries containing KEYWORD (any case), oldest first."""
+    result = ctx.service.recall(agent, keyword)
+    if as_json:
+        emit_json(recall_data(result))
+        return
+    for line in result.lines:
+        click.echo(line)
+
+
+def _table(title: str, entries: list[Entry]) -> list[str]:
+    rows = [f"{title} ({len(entries)})"]
+    if not entries:
+        return [*rows, "  (none)"]
+    width = len(str(len(entries)))
+    rows.append(f"  {'#':>{width}}  {'TIME':<19}  CONTENT")
+    for number, entry in enumerate(entries, 1):
+        line = entry.render()
+        content = line.split("] ", 1)[1] if entry.ts else line[2:]
+        rows.append(f"  {number:>{width}}  {entry.ts or '-':<19}  {content}")
+    return rows
+
+
+@cli.command()
+@agent_option
+@json_option
+@pass_context
+def show(ctx: Context, agent: str | None, as_json: bool) -> None:
+    """Show every entry, as two tables: 核心记忆 (core) and 归档记忆 (archival)."""
+    view = ctx.service.get(agent)
+    if as_json:
+        emit_json(memory_data(view))
+        return
+    click.echo(f"memory of {view.agent.describe()}")
+    click.echo("\n".join(_table("核心记忆 core", view.core)))
+    click.echo("\n".join(_table("归档记忆 archival", view.archival)))
+
+
+@cli.command()
+@agent_option
+@json_option
+@pass_context
+def context(ctx: Context, agent: str | None, as_json: bool) -> None:
+    """Print the memory block injected into the agent's prompt."""
+    text = ctx.service.build_context(agent)
+    if as_json:
+        emit_json({"agent": ctx.service.resolve(agent).agent, "context": text})
+    else:
+        click.echo(text, nl=False)
+
+
+@cli.command()
+@json_option
+@pass_context
+def agents(ctx: Context, as_json: bool) -> None:
+    """List the agents (and the global file) with their entry counts."""
+    data = agents_data(ctx.service.agents())
+    if as_json:
+        emit_json(data)
+        return
+    click.echo(f"{'AGENT':<24} {'CORE':>6} {'ARCHIVAL':>9}")
+    for row in data:
+        name = row["agent"] or "(global)"
+        if row["problem"]:
+            click.echo(f"{name:<24} {'?':>6} {'?':>9}  {row['problem']}")
+        else:
+            click.echo(f"{name:<24} {row['core']:>6} {row['archival']:>9}")
+
+
+@cli.group()
+def config() -> None:
+    """Read and change .oryxos/config.toml (comments are kept)."""
+
+
+@config.command("get")
+@click.argument("key", required=False)
+@json_option
+@pass_context
+def config_get(ctx: Context, key: str | None, as_json: bool) -> None:
+    """Print one setting, or all of them."""
+    values = ctx.service.config.as_dict()
+    if key is not None:
+        value = ctx.service.config.get(key)
+        click.echo(json.dumps(value) if as_json else str(value))
+        return
+    if as_json:
+        emit_json(values)
+        return
+    for name, value in values.items():
+        click.echo(f"{name} = {json.dumps(value, ensure_ascii=False)}")
+
+
+@config.command("set")
+@click.argument("key")
+@click.argument("value")
+@pass_context
+def config_set(ctx: Context, key: str, value: str) -> None:
+    """Set KEY to VALUE in config.toml."""
+    workspace = open_workspace(ctx.root)
+    stored = config_module.set_value(workspace.config_path, key, value)
+    click.echo(f"{key} = {json.dumps(stored, ensure_ascii=False)}")
+
+
+def _configure_logging() -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("oryxmem: warning: %(message)s"))
+    logger = logging.getLogger("oryxmem")
+    logger.addHandler(handler)
+    logger.setLevel(logging.WARNING)
+    logger.propagate = False
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: run the CLI, turning every error into one line and an exit code."""
+    _configure_logging()
+    try:
+        cli.main(args=argv, prog_name="oryxmem", standalone_mode=False)
+    except click.exceptions.Exit as done:
+        sys.exit(done.exit_code)
+    except click.exceptions.Abort:
+        click.echo("oryxmem: aborted", err=True)
+        sys.exit(EXIT_ERROR)
+    except click.ClickException as error:
+        error.show()
+        sys.exit(error.exit_code)
+    except OryxError as error:
+        click.echo(f"oryxmem: error: {error.message}", err=True)
+        sys.exit(EXIT_ERROR)
+    except Exception as error:  # the last line of defence: one line, never a traceback
+        if os.environ.get("ORYXMEM_DEBUG"):
+            raise
+        click.echo(f"oryxmem: internal error: {type(error).__name__}: {error}", err=True)
+        sys.exit(EXIT_INTERNAL)
+    sys.exit(0)

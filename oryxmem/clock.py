@@ -1,0 +1,20 @@
+"""Entry timestamps: wall-clock seconds, local or UTC as configured."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from oryxmem.store.format import TIMESTAMP_FORMAT
+
+Clock = Callable[[], str]
+
+
+def clock_for(timezone: str) -> Clock:
+    """A function returning the current timestamp in the configured zone."""
+    convert = time.gmtime if timezone == "UTC" else time.localtime
+
+    def now() -> str:
+        return time.strftime(TIMESTAMP_FORMAT, convert())
+
+    return now

@@ -1,0 +1,217 @@
+"""``.oryxos/config.toml``, read and written with tomlkit so comments survive.
+
+Every key has a default, a type and a check; ``get`` and ``set`` speak in
+dotted keys (``memory.archival_limit_chars``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import tomlkit
+import tomlkit.exceptions
+from tomlkit.items import Table
+
+from oryxmem.errors import InvalidConfigError
+
+
+@dataclass(frozen=True)
+class Setting:
+    key: str
+    default: Any
+    kind: type
+    help: str
+    check: Callable[[Any], str | None] = lambda value: None
+
+
+def _positive(value: Any) -> str | None:
+    return None if value > 0 else "must be greater than 0"
+
+
+def _one_of(*choices: str) -> Callable[[Any], str | None]:
+    def check(value: Any) -> str | None:
+        return None if value in choices else f"must be one of {', '.join(choices)}"
+
+    return check
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting(
+        "memory.backend",
+        "markdown",
+        str,
+        "where long-term memory is read and written: markdown, sqlite or mem0",
+        _one_of("markdown", "sqlite", "mem0"),
+    ),
+    Setting(
+        "memory.archival_limit_chars",
+        4000,
+        int,
+        "characters of the newest archival entries injected into a prompt",
+        _positive,
+    ),
+    Setting(
+        "memory.footprint_max_chars",
+        200,
+        int,
+        "each side of an automatic footprint line is cut to this many characters",
+        _positive,
+    ),
+    Setting(
+        "memory.max_history_turns",
+        20,
+        int,
+        "session turns returned as history; a turn starts at a user message",
+        _positive,
+    ),
+    Setting(
+        "memory.max_content_chars",
+        32768,
+        int,
+        "the longest content one entry may hold",
+        _positive,
+    ),
+    Setting(
+        "memory.timezone",
+        "local",
+        str,
+        "entry timestamps in local wall-clock time or UTC",
+        _one_of("local", "UTC"),
+    ),
+    Setting("daemon.socket", "", str, "socket path; empty = $XDG_RUNTIME_DIR/oryxmem/<id>.sock"),
+)
+_BY_KEY = {setting.key: setting for setting in SETTINGS}
+
+
+def setting(key: str) -> Setting:
+    try:
+        return _BY_KEY[key]
+    except KeyError:
+        known = ", ".join(_BY_KEY)
+        raise InvalidConfigError(f"unknown config key {key!r}; known keys: {known}") from None
+
+
+def default_config_text() -> str:
+    """The commented config.toml that ``oryxmem init`` writes."""
+    doc = tomlkit.document()
+    doc.add(
+        tomlkit.comment("oryxmem configuration. 'oryxmem config set KEY VALUE' keeps comments.")
+    )
+    tables: dict[str, Table] = {}
+    for item in SETTINGS:
+        section, name = item.key.split(".", 1)
+        if section not in tables:
+            tables[section] = tomlkit.table()
+            doc.add(tomlkit.nl())
+            doc.add(section, tables[section])
+        tables[section].add(tomlkit.comment(item.help))
+        tables[section].add(name, item.default)
+    return tomlkit.dumps(doc)
+
+
+def _check_value(item: Setting, value: Any) -> Any:
+    if item.kind is int and (isinstance(value, bool) or not isinstance(value, int)):
+        raise InvalidConfigError(f"{item.key} must be a whole number, not {value!r}")
+    if item.kind is str and not isinstance(value, str):
+        raise InvalidConfigError(f"{item.key} must be a string, not {value!r}")
+    problem = item.check(value)
+    if problem:
+        raise InvalidConfigError(f"{item.key} {problem} (got {value!r})")
+    return value
+
+
+def parse_value(key: str, text: str) -> Any:
+    """A value typed on a command line, converted to the key's type."""
+    item = setting(key)
+    if item.kind is int:
+        try:
+            value: Any = int(text)
+        except ValueError:
+            raise InvalidConfigError(f"{key} must be a whole number, not {text!r}") from None
+    else:
+        value = text
+    return _check_value(item, value)
+
+
+class Config:
+    """The settings of one workspace; missing keys take their defaults."""
+
+    def __init__(self, path: Path | None, values: dict[str, Any]) -> None:
+        self.path = path
+        self._values = values
+
+    @classmethod
+    def load(cls, path: Path) -> Config:
+        if not path.exists():
+            return cls(path, {})
+        doc = _read_document(path)
+        values: dict[str, Any] = {}
+        for section, table in doc.items():
+            if not isinstance(table, dict):
+                raise InvalidConfigError(f"{path}: {section!r} must be a [table]")
+            for name, value in table.items():
+                key = f"{section}.{name}"
+                values[key] = _check_value(setting(key), _plain(value))
+        return cls(path, values)
+
+    @classmethod
+    def defaults(cls) -> Config:
+        return cls(None, {})
+
+    def get(self, key: str) -> Any:
+        return self._values.get(key, setting(key).default)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {item.key: self.get(item.key) for item in SETTINGS}
+
+    @property
+    def backend(self) -> str:
+        return str(self.get("memory.backend"))
+
+    @property
+    def archival_limit_chars(self) -> int:
+        return int(self.get("memory.archival_limit_chars"))
+
+    @property
+    def footprint_max_chars(self) -> int:
+        return int(self.get("memory.footprint_max_chars"))
+
+    @property
+    def max_history_turns(self) -> int:
+        return int(self.get("memory.max_history_turns"))
+
+    @property
+    def max_content_chars(self) -> int:
+        return int(self.get("memory.max_content_chars"))
+
+    @property
+    def timezone(self) -> str:
+        return str(self.get("memory.timezone"))
+
+
+def _plain(value: Any) -> Any:
+    return value.unwrap() if hasattr(value, "unwrap") else value
+
+
+def _read_document(path: Path) -> tomlkit.TOMLDocument:
+    try:
+        return tomlkit.parse(path.read_text(encoding="utf-8"))
+    except tomlkit.exceptions.ParseError as error:
+        raise InvalidConfigError(f"{path} is not valid TOML: {error}") from None
+
+
+def set_value(path: Path, key: str, text: str) -> Any:
+    """Set one key in config.toml, keeping every comment and the layout around it."""
+    value = parse_value(key, text)
+    doc = _read_document(path) if path.exists() else tomlkit.document()
+    section, name = key.split(".", 1)
+    table = doc.get(section)
+    if table is None:
+        table = tomlkit.table()
+        doc.add(section, table)
+    table[name] = value
+    path.write_text(tomlkit.dumps(doc), encoding="utf-8")
+    return value

@@ -1,0 +1,241 @@
+"""Durable file writes: atomic replace, fsync'd appends, and the lock that guards them.
+
+A rewrite goes to a temp file in the same directory, is fsynced, replaces the
+original with ``os.replace`` and the directory is fsynced, keeping the mode.
+An append in place is first written, fsynced, into an intent journal kept in
+the lock file, so that a line torn by a crash is repaired from that record at
+the next lock instead of being read as an entry.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import secrets
+import stat
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from oryxmem.errors import StorageError
+
+
+def fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _storage_error(action: str, path: Path, error: OSError) -> StorageError:
+    reason = os.strerror(error.errno) if error.errno else str(error)
+    return StorageError(f"could not {action} {path}: {reason}", data={"errno": error.errno})
+
+
+def atomic_write(
+    path: Path,
+    data: bytes,
+    *,
+    default_mode: int = 0o644,
+    before_replace: Callable[[], None] | None = None,
+) -> os.stat_result:
+    """Replace path with data so that a crash leaves either the old or the new bytes.
+
+    ``before_replace`` runs once the temp file is durable and may raise (for
+    instance ConcurrentChange) to abandon the write. Returns the stat of the new
+    file. Any failure leaves the old file untouched and no temp file behind.
+    """
+    try:
+        mode = stat.S_IMODE(path.stat().st_mode)
+    except FileNotFoundError:
+        mode = default_mode
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+        try:
+            os.fchmod(fd, mode)  # the umask must not narrow a mode we keep
+            view = memoryview(data)
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        if before_replace is not None:
+            before_replace()
+        os.replace(tmp, path)
+    except OSError as error:
+        _remove_quietly(tmp)
+        raise _storage_error("write", path, error) from error
+    except BaseException:
+        _remove_quietly(tmp)
+        raise
+    try:
+        fsync_dir(path.parent)
+        return os.stat(path)
+    except OSError as error:
+        raise _storage_error("sync the directory of", path, error) from error
+
+
+def _remove_quietly(path: Path) -> None:
+    """Remove a temp file of ours; one that is already gone is what we wanted."""
+    path.unlink(missing_ok=True)
+
+
+def remove_stale_temp_files(directory: Path, name: str) -> list[Path]:
+    """Temp files a crashed writer of ``name`` left behind; they are never the truth."""
+    removed = []
+    for candidate in directory.glob(f".{name}.*.tmp"):
+        _remove_quietly(candidate)
+        removed.append(candidate)
+    return removed
+
+
+@dataclass(frozen=True)
+class AppendIntent:
+    """What an in-place append is about to write, and where."""
+
+    inode: int
+    offset: int
+    data: bytes
+
+    def to_bytes(self) -> bytes:
+        header = {"inode": self.inode, "offset": self.offset, "length": len(self.data)}
+        return json.dumps(header).encode() + b"\n" + self.data
+
+    @classmethod
+    def from_bytes(cls, raw: bytes) -> AppendIntent | None:
+        header, sep, data = raw.partition(b"\n")
+        if not sep:
+            return None
+        try:
+            fields = json.loads(header)
+            intent = cls(int(fields["inode"]), int(fields["offset"]), data)
+        except (ValueError, KeyError, TypeError):
+            return None
+        return intent if len(data) == int(fields["length"]) else None
+
+
+def repair_torn_append(path: Path, intent: AppendIntent) -> str:
+    """Finish an append a crash interrupted. Returns what was found, for the log."""
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except FileNotFoundError:
+        return "file gone"
+    try:
+        info = os.fstat(fd)
+        if info.st_ino != intent.inode:
+            return "file replaced since"
+        end = intent.offset + len(intent.data)
+        if info.st_size == end and os.pread(fd, len(intent.data), intent.offset) == intent.data:
+            return "complete"
+        written = info.st_size - intent.offset
+        if not 0 <= written < len(intent.data):
+            return "file changed since"
+        if os.pread(fd, written, intent.offset) != intent.data[:written]:
+            return "file changed since"
+        if written == 0:
+            return "nothing written"
+        os.pwrite(fd, intent.data[written:], info.st_size)
+        os.fsync(fd)
+        return f"repaired a torn line ({written} of {len(intent.data)} bytes were on disk)"
+    finally:
+        os.close(fd)
+
+
+class FileLock:
+    """An exclusive lock on a separate lock file, shared by threads and processes.
+
+    The lock file also holds the journal of an in-place append in progress.
+    """
+
+    def __init__(self, lock_path: Path) -> None:
+        self.lock_path = lock_path
+        self._thread_lock = threading.Lock()
+        self._fd: int | None = None
+
+    def _open(self) -> int:
+        if self._fd is None:
+            self.lock_path.parent.mkdir(parents=True, exist_ok=True)
+            self._fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        return self._fd
+
+    @contextmanager
+    def hold(self) -> Iterator[FileLock]:
+        with self._thread_lock:
+            fd = self._open()
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                yield self
+            finally:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+
+    def pending_intent(self) -> AppendIntent | None:
+        assert self._fd is not None, "hold the lock first"
+        size = os.fstat(self._fd).st_size
+        if size == 0:
+            return None
+        return AppendIntent.from_bytes(os.pread(self._fd, size, 0))
+
+    def write_intent(self, intent: AppendIntent) -> None:
+        assert self._fd is not None, "hold the lock first"
+        payload = intent.to_bytes()
+        os.ftruncate(self._fd, 0)
+        os.pwrite(self._fd, payload, 0)
+        os.fdatasync(self._fd)
+
+    def clear_intent(self) -> None:
+        assert self._fd is not None, "hold the lock first"
+        os.ftruncate(self._fd, 0)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def append_durably(path: Path, data: bytes, lock: FileLock, expected_size: int) -> os.stat_result:
+    """Append data at the end of path (which must still be expected_size bytes) and fsync.
+
+    The caller holds ``lock``. The intent is journaled first, so a crash
+    mid-write is repaired, never read as a torn entry.
+    """
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+    except OSError as error:
+        raise _storage_error("open", path, error) from error
+    try:
+        info = os.fstat(fd)
+        if info.st_size != expected_size:
+            raise ConcurrentChange(path)
+        lock.write_intent(AppendIntent(info.st_ino, info.st_size, data))
+        try:
+            written = os.write(fd, data)
+            if written != len(data):
+                raise OSError(errno.ENOSPC, "short write")
+            os.fsync(fd)
+        except OSError as error:
+            os.ftruncate(fd, info.st_size)  # take back a partial line
+            os.fsync(fd)
+            lock.clear_intent()
+            raise _storage_error("append to", path, error) from error
+        result = os.fstat(fd)
+    except OSError as error:
+        raise _storage_error("append to", path, error) from error
+    finally:
+        os.close(fd)
+    lock.clear_intent()
+    return result
+
+
+class ConcurrentChange(Exception):
+    """The file changed between reading it and writing it; read again and retry."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(f"{path} changed while it was being written")
+        self.path = path

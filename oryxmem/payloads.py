@@ -1,0 +1,47 @@
+"""The JSON shapes of results, shared by the CLI's --json and the socket API."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from oryxmem.service import AgentSummary, MemoryView, RecallResult, SaveResult
+from oryxmem.store.format import Entry
+from oryxmem.workspace import AgentRef
+
+
+def agent_data(ref: AgentRef) -> dict[str, Any]:
+    return {"agent": ref.agent, "requested": ref.requested, "fallback": ref.fallback_reason}
+
+
+def entry_data(entry: Entry) -> dict[str, Any]:
+    return {
+        "id": entry.entry_id,
+        "scope": entry.scope,
+        "ts": entry.ts,
+        "content": entry.content,
+        "line": entry.render(),
+    }
+
+
+def save_data(result: SaveResult) -> dict[str, Any]:
+    return {**agent_data(result.agent), "entry": entry_data(result.entry)}
+
+
+def recall_data(result: RecallResult) -> dict[str, Any]:
+    return {**agent_data(result.agent), "keyword": result.keyword, "lines": result.lines}
+
+
+def memory_data(view: MemoryView) -> dict[str, Any]:
+    return {
+        **agent_data(view.agent),
+        "core": [entry_data(entry) for entry in view.core],
+        "archival": [entry_data(entry) for entry in view.archival],
+        "markdown": view.markdown,
+    }
+
+
+def agents_data(summaries: list[AgentSummary]) -> list[dict[str, Any]]:
+    return [
+        {"agent": s.name, "core": s.core, "archival": s.archival, "problem": s.problem}
+        for s in summaries
+    ]

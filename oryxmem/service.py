@@ -1,0 +1,239 @@
+"""MemoryService: the one facade the agent loop, prompt builder, socket API and CLI use.
+
+Nobody else touches a store directly. An unsafe agent name falls back to the
+global memory file; every result says which file served it and why.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from sqlite_utils import Database
+
+from oryxmem.clock import clock_for
+from oryxmem.config import Config
+from oryxmem.errors import BackendUnavailableError, EmptyContentError, OryxError
+from oryxmem.fileio import FileLock
+from oryxmem.store.base import LongTermMemoryStore, StoreLimits
+from oryxmem.store.db import connect
+from oryxmem.store.format import (
+    ARCHIVAL,
+    CANONICAL_HEADINGS,
+    CORE,
+    Entry,
+    NewEntry,
+    apply_edits,
+    new_file_text,
+    parse,
+)
+from oryxmem.store.markdown import MarkdownMemoryStore
+from oryxmem.store.sessions import SessionInfo, SessionStore, record_tool_invocation
+from oryxmem.store.sqlite import SqliteMemoryStore
+from oryxmem.workspace import AgentRef, Workspace, open_workspace, resolve_agent
+
+log = logging.getLogger("oryxmem")
+
+
+@dataclass(frozen=True)
+class SaveResult:
+    agent: AgentRef
+    entry: Entry
+
+
+@dataclass(frozen=True)
+class RecallResult:
+    agent: AgentRef
+    keyword: str
+    lines: list[str]
+
+
+@dataclass(frozen=True)
+class MemoryView:
+    agent: AgentRef
+    core: list[Entry]
+    archival: list[Entry]
+    markdown: str
+
+
+@dataclass(frozen=True)
+class AgentSummary:
+    name: str  # '' = the global file
+    core: int | None
+    archival: int | None
+    problem: str | None
+
+
+def fold_whitespace(text: str) -> str:
+    return " ".join(text.split())
+
+
+def cut(text: str, max_chars: int) -> str:
+    return text if len(text) <= max_chars else text[: max_chars - 1] + "…"
+
+
+def footprint_line(user_message: str, reply: str, max_chars: int) -> str:
+    """The compact archival line that records one trigger."""
+    user = cut(fold_whitespace(user_message), max_chars)
+    answer = cut(fold_whitespace(reply), max_chars)
+    if not user and not answer:
+        raise EmptyContentError("a trigger needs a user message or a reply")
+    return f'trigger: user="{user}" reply="{answer}"'
+
+
+class MemoryService:
+    def __init__(self, workspace: Workspace, config: Config, *, db: Database | None = None) -> None:
+        self.workspace = workspace
+        self.config = config
+        self.clock = clock_for(config.timezone)
+        self.limits = StoreLimits(config.archival_limit_chars, config.max_content_chars)
+        self._db = db
+        self._stores: dict[str, LongTermMemoryStore] = {}
+
+    @classmethod
+    def open(cls, root: str | None = None) -> MemoryService:
+        workspace = open_workspace(root)
+        return cls(workspace, Config.load(workspace.config_path))
+
+    @property
+    def db(self) -> Database:
+        """The workspace database, opened (and migrated) on first use."""
+        if self._db is None:
+            self._db = connect(self.workspace.db_path)
+        return self._db
+
+    def close(self) -> None:
+        for store in self._stores.values():
+            if isinstance(store, MarkdownMemoryStore):
+                store.lock.close()
+        self._stores.clear()
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+    # --- long-term memory ---------------------------------------------------
+
+    def resolve(self, agent: str | None) -> AgentRef:
+        ref = resolve_agent(self.workspace, agent)
+        if ref.fell_back:
+            log.warning("%s; using the global memory file", ref.fallback_reason)
+        return ref
+
+    def store(self, ref: AgentRef) -> LongTermMemoryStore:
+        store = self._stores.get(ref.agent)
+        if store is None:
+            store = self._make_store(ref.agent)
+            self._stores[ref.agent] = store
+        return store
+
+    def markdown_store(self, agent: str) -> MarkdownMemoryStore:
+        """The MEMORY.md store of a resolved agent, whatever the configured backend."""
+        store = self._stores.get(agent) if self.config.backend == "markdown" else None
+        if isinstance(store, MarkdownMemoryStore):
+            return store
+        return MarkdownMemoryStore(
+            self.workspace.memory_path(agent),
+            FileLock(self.workspace.lock_path(agent)),
+            clock=self.clock,
+            limits=self.limits,
+        )
+
+    def _make_store(self, agent: str) -> LongTermMemoryStore:
+        backend = self.config.backend
+        if backend == "markdown":
+            return self.markdown_store(agent)
+        if backend == "sqlite":
+            return SqliteMemoryStore(self.db, agent, clock=self.clock, limits=self.limits)
+        raise BackendUnavailableError(
+            f"memory.backend = {backend!r} is not available in this version;"
+            " set it to 'markdown' or 'sqlite'"
+        )
+
+    def save(self, agent: str | None, content: str, scope: str = ARCHIVAL) -> SaveResult:
+        ref = self.resolve(agent)
+        entry = self.store(ref).append(content, scope)
+        return SaveResult(ref, entry)
+
+    def recall(self, agent: str | None, keyword: str) -> RecallResult:
+        ref = self.resolve(agent)
+        return RecallResult(ref, keyword, self.store(ref).recall(keyword))
+
+    def get(self, agent: str | None) -> MemoryView:
+        ref = self.resolve(agent)
+        store = self.store(ref)
+        core, archival = store.entries()
+        if isinstance(store, MarkdownMemoryStore):
+            markdown = store.document().text or new_file_text()
+        else:
+            additions = [NewEntry(e.scope, e.ts, e.content) for e in core + archival]
+            markdown = apply_edits(parse(new_file_text()), additions)
+        return MemoryView(ref, core, archival, markdown)
+
+    def build_context(self, agent: str | None) -> str:
+        """The memory block of the prompt: core whole, archival cut, both headings always."""
+        snapshot = self.store(self.resolve(agent)).load()
+        lines = [CANONICAL_HEADINGS[CORE], *(entry.render() for entry in snapshot.core)]
+        lines.append(CANONICAL_HEADINGS[ARCHIVAL])
+        if snapshot.archival.omitted:
+            lines.append(
+                f"({snapshot.archival.omitted} earlier archival entries not shown;"
+                " recall_memory searches all of them)"
+            )
+        lines.extend(snapshot.archival.lines)
+        return "\n".join(lines) + "\n"
+
+    def record_trigger(self, agent: str | None, user_message: str, reply: str) -> SaveResult:
+        line = footprint_line(user_message, reply, self.config.footprint_max_chars)
+        return self.save(agent, line, ARCHIVAL)
+
+    def agents(self) -> list[AgentSummary]:
+        """The global file and every agent directory, with entry counts."""
+        summaries = []
+        for name in ["", *self.workspace.agent_names()]:
+            try:
+                core, archival = self.store(AgentRef(name, name)).entries()
+            except OryxError as error:
+                summaries.append(AgentSummary(name, None, None, error.message))
+                continue
+            summaries.append(AgentSummary(name, len(core), len(archival), None))
+        return summaries
+
+    # --- sessions and tools ---------------------------------------------------
+
+    @property
+    def sessions(self) -> SessionStore:
+        return SessionStore(self.db)
+
+    def create_session(self, agent: str | None) -> SessionInfo:
+        return self.sessions.create(self.resolve(agent).agent)
+
+    def append_message(self, session_id: str, role: str, content: str) -> int:
+        return self.sessions.append(session_id, role, content)
+
+    def history(self, session_id: str, turns: int | None = None) -> list[dict[str, Any]]:
+        return self.sessions.history(session_id, turns or self.config.max_history_turns)
+
+    def record_tool(
+        self,
+        tool: str,
+        agent: str,
+        session: str | None,
+        input: dict[str, Any],
+        output: Any,
+        ok: bool,
+        started: float,
+    ) -> None:
+        """Record one tool call that came through the socket in ``tool_invocations``."""
+        ms = (time.perf_counter() - started) * 1000
+        record_tool_invocation(
+            self.db,
+            tool=tool,
+            agent=agent,
+            session=session,
+            input=input,
+            output=output,
+            ok=ok,
+            ms=ms,
+        )

@@ -1,0 +1,434 @@
+"""The MEMORY.md v1 format (DESIGN section 3) as pure functions.
+
+A file is a list of physical lines. Parsing finds the core and archival
+entries in them; editing only ever inserts or deletes whole lines, so every
+byte a human wrote outside those lines survives, and a save is a one-line diff.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from oryxmem.errors import EmptyContentError, InvalidContentError, InvalidScopeError
+
+CORE = "core"
+ARCHIVAL = "archival"
+SCOPES = (CORE, ARCHIVAL)
+CANONICAL_HEADINGS = {CORE: "## 核心记忆", ARCHIVAL: "## 归档记忆"}
+_HEADING_TITLES = {"核心记忆": CORE, "core": CORE, "归档记忆": ARCHIVAL, "archival": ARCHIVAL}
+
+TIMESTAMP_FORMAT = "%Y-%m-%d %H:%M:%S"
+TIMESTAMP_RE = re.compile(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}")
+
+# Every code point str.splitlines() breaks on, besides LF and CR.
+_OTHER_LINE_BREAKS = "\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
+_ESCAPES = {ord("\\"): "\\\\", ord("\n"): "\\n", ord("\r"): "\\r"} | {
+    ord(ch): f"\\u{ord(ch):04x}" for ch in _OTHER_LINE_BREAKS
+}
+# C0 controls that are neither TAB nor a line break, and lone surrogates
+# (which cannot be written as UTF-8).
+_FORBIDDEN_RE = re.compile("[\x00-\x08\x0e-\x1b\x1f\ud800-\udfff]")
+_UNESCAPE_RE = re.compile(r"\\(\\|n|r|u[0-9a-fA-F]{4})")
+_UNESCAPABLE_CODEPOINTS = {ord(ch) for ch in _OTHER_LINE_BREAKS}
+
+_HEADING_RE = re.compile(r"(#{1,2})[ \t]+(.*?)[ \t#]*")
+_ITEM_RE = re.compile(r"[-*+][ \t]+(.*)")
+_STAMPED_ITEM_RE = re.compile(r"\[(\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})\][ \t]+(.*)")
+_CONFLICT_PREFIXES = ("<<<<<<<", ">>>>>>>", "|||||||")
+
+
+# --- escaping ---------------------------------------------------------------
+
+
+def normalize_content(content: str) -> str:
+    """Strip content and refuse what can never be stored: empty text, C0 controls."""
+    stripped = content.strip()
+    if not stripped:
+        raise EmptyContentError("content is empty")
+    bad = _FORBIDDEN_RE.search(stripped)
+    if bad:
+        raise InvalidContentError(
+            f"content holds the control character U+{ord(bad.group()):04X} at offset {bad.start()}"
+        )
+    return stripped
+
+
+def escape_content(content: str) -> str:
+    """Make content safe to sit on one physical line: it can never forge a line."""
+    return content.translate(_ESCAPES)
+
+
+def _unescape_match(match: re.Match[str]) -> str:
+    token = match.group(1)
+    if token == "\\":
+        return "\\"
+    if token == "n":
+        return "\n"
+    if token == "r":
+        return "\r"
+    codepoint = int(token[1:], 16)
+    if codepoint in _UNESCAPABLE_CODEPOINTS:
+        return chr(codepoint)
+    return match.group(0)
+
+
+def unescape_content(text: str) -> str:
+    """Reverse escape_content exactly; leave backslashes it never writes alone."""
+    if "\\" not in text:
+        return text
+    return _UNESCAPE_RE.sub(_unescape_match, text)
+
+
+def check_scope(scope: str) -> str:
+    if scope not in SCOPES:
+        raise InvalidScopeError(f"scope must be 'core' or 'archival', not {scope!r}")
+    return scope
+
+
+# --- entries ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One memory entry: what it says, when, and its identity for sync."""
+
+    scope: str
+    ts: str | None
+    content: str
+    entry_id: str
+
+    def render(self) -> str:
+        return render_entry_line(self.ts, self.content)
+
+
+def render_entry_line(ts: str | None, content: str) -> str:
+    """The line body (no line ending) that stores an entry."""
+    escaped = escape_content(content)
+    return f"- [{ts}] {escaped}" if ts else f"- {escaped}"
+
+
+def entry_key(scope: str, ts: str | None, content: str) -> str:
+    """A short stable hash of (scope, timestamp, content)."""
+    material = f"{scope}\n{ts or ''}\n{content}".encode("utf-8", "surrogatepass")
+    return hashlib.blake2b(material, digest_size=8).hexdigest()
+
+
+def entry_id_for(key: str, ordinal: int) -> str:
+    """The id of the ordinal-th exact repeat of an entry (the first has no suffix)."""
+    return key if ordinal == 0 else f"{key}-{ordinal}"
+
+
+class EntryIdAllocator:
+    """Hands out ids in file order, numbering exact repeats."""
+
+    def __init__(self) -> None:
+        self._seen: dict[str, int] = {}
+
+    def allocate(self, scope: str, ts: str | None, content: str) -> str:
+        key = entry_key(scope, ts, content)
+        ordinal = self._seen.get(key, 0)
+        self._seen[key] = ordinal + 1
+        return entry_id_for(key, ordinal)
+
+    def copy(self) -> EntryIdAllocator:
+        clone = EntryIdAllocator()
+        clone._seen = dict(self._seen)
+        return clone
+
+
+# --- parsing ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class UnparsedLine:
+    """A line inside a memory section that is neither an entry nor blank."""
+
+    line_number: int  # 1-based, as an editor shows it
+    text: str
+
+
+@dataclass
+class Section:
+    scope: str
+    heading_index: int
+    # Index of the last non-blank line of the section: new entries go after it.
+    last_content_index: int
+
+
+@dataclass
+class MemoryDocument:
+    """A parsed MEMORY.md: its physical lines and what they mean.
+
+    ``lines`` keep their own line endings, so joining them gives back the file
+    byte for byte. ``entry_lines`` maps every entry id to its line index.
+    """
+
+    lines: list[str]
+    newline: str
+    core: list[Entry] = field(default_factory=list)
+    archival: list[Entry] = field(default_factory=list)
+    sections: dict[str, Section] = field(default_factory=dict)
+    entry_lines: dict[str, int] = field(default_factory=dict)
+    unparsed: list[UnparsedLine] = field(default_factory=list)
+    conflict_lines: list[int] = field(default_factory=list)
+    ids: EntryIdAllocator = field(default_factory=EntryIdAllocator)
+
+    @property
+    def parseable(self) -> bool:
+        return not self.conflict_lines
+
+    @property
+    def text(self) -> str:
+        return "".join(self.lines)
+
+    @property
+    def ends_with_newline(self) -> bool:
+        return not self.lines or self.lines[-1].endswith("\n")
+
+    def entries(self, scope: str) -> list[Entry]:
+        return self.core if scope == CORE else self.archival
+
+    def all_entries(self) -> list[Entry]:
+        return self.core + self.archival
+
+
+def split_physical_lines(text: str) -> list[str]:
+    """Split on LF only, keeping endings: the other line breaks are content."""
+    pieces = text.split("\n")
+    lines = [piece + "\n" for piece in pieces[:-1]]
+    if pieces[-1]:
+        lines.append(pieces[-1])
+    return lines
+
+
+def line_body(line: str) -> str:
+    body = line[:-1] if line.endswith("\n") else line
+    return body[:-1] if body.endswith("\r") else body
+
+
+def heading_scope(body: str) -> tuple[bool, str | None]:
+    """(is a section boundary, the memory scope it opens if any)."""
+    match = _HEADING_RE.fullmatch(body)
+    if not match:
+        return False, None
+    title = match.group(2).strip()
+    if len(match.group(1)) != 2:
+        return True, None
+    return True, _HEADING_TITLES.get(title.casefold())
+
+
+def parse_entry_body(body: str) -> tuple[str | None, str] | None:
+    """(timestamp or None, unescaped content) for an entry line, else None."""
+    item = _ITEM_RE.fullmatch(body)
+    if not item:
+        return None
+    rest = item.group(1)
+    stamped = _STAMPED_ITEM_RE.fullmatch(rest)
+    if stamped:
+        ts, raw = stamped.group(1), stamped.group(2)
+    else:
+        ts, raw = None, rest
+    raw = raw.strip()
+    if not raw:
+        return None
+    return ts, unescape_content(raw)
+
+
+def is_conflict_marker(body: str) -> bool:
+    return body.startswith(_CONFLICT_PREFIXES) and (len(body) == 7 or body[7] == " ")
+
+
+def detect_newline(lines: Sequence[str]) -> str:
+    return "\r\n" if lines and lines[0].endswith("\r\n") else "\n"
+
+
+def parse(text: str) -> MemoryDocument:
+    """Read a MEMORY.md. Never raises: problems are reported on the document."""
+    lines = split_physical_lines(text)
+    doc = MemoryDocument(lines=lines, newline=detect_newline(lines))
+    doc.conflict_lines = [
+        index + 1 for index, line in enumerate(lines) if is_conflict_marker(line_body(line))
+    ]
+    if doc.conflict_lines:
+        return doc
+    scope: str | None = None
+    for index, line in enumerate(lines):
+        body = line_body(line)
+        if index == 0 and body.startswith("\ufeff"):
+            body = body[1:]
+        if body.startswith("- [") and scope is not None:
+            # The common case, first: a stamped entry in a memory section.
+            parsed = parse_entry_body(body)
+            if parsed is not None:
+                _add_parsed_entry(doc, scope, parsed, index)
+                continue
+        if body.startswith("#"):
+            boundary, opened = heading_scope(body)
+            if boundary:
+                scope = opened
+                if opened is not None:
+                    doc.sections[opened] = Section(opened, index, index)
+                continue
+        if scope is None or not body.strip():
+            continue
+        parsed = parse_entry_body(body)
+        if parsed is None:
+            doc.unparsed.append(UnparsedLine(index + 1, body))
+            doc.sections[scope].last_content_index = index
+        else:
+            _add_parsed_entry(doc, scope, parsed, index)
+    return doc
+
+
+def _add_parsed_entry(
+    doc: MemoryDocument, scope: str, parsed: tuple[str | None, str], index: int
+) -> None:
+    ts, content = parsed
+    entry = Entry(scope, ts, content, doc.ids.allocate(scope, ts, content))
+    doc.entries(scope).append(entry)
+    doc.entry_lines[entry.entry_id] = index
+    doc.sections[scope].last_content_index = index
+
+
+# --- editing ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NewEntry:
+    scope: str
+    ts: str | None
+    content: str
+
+
+def plan_entries(doc: MemoryDocument, additions: Iterable[NewEntry]) -> list[Entry]:
+    """The entries (with their ids) that adding these to doc would create."""
+    ids = doc.ids.copy()
+    return [
+        Entry(add.scope, add.ts, add.content, ids.allocate(add.scope, add.ts, add.content))
+        for add in additions
+    ]
+
+
+def append_at_end(doc: MemoryDocument, addition: NewEntry) -> str | None:
+    """The text to append to the file to add this entry, when it lands at its very end.
+
+    None when the entry belongs elsewhere (its section is not the last thing
+    in the file) and the file must be rewritten instead.
+    """
+    section = doc.sections.get(addition.scope)
+    if section is None or section.last_content_index != len(doc.lines) - 1:
+        return None
+    prefix = "" if doc.ends_with_newline else doc.newline
+    return prefix + render_entry_line(addition.ts, addition.content) + doc.newline
+
+
+def record_appended(doc: MemoryDocument, appended_text: str, entry: Entry) -> None:
+    """Update doc in place after append_at_end's text was written to the file."""
+    if not doc.ends_with_newline:
+        doc.lines[-1] += doc.newline
+        appended_text = appended_text[len(doc.newline) :]
+    doc.lines.append(appended_text)
+    index = len(doc.lines) - 1
+    doc.ids.allocate(entry.scope, entry.ts, entry.content)
+    doc.entries(entry.scope).append(entry)
+    doc.entry_lines[entry.entry_id] = index
+    doc.sections[entry.scope].last_content_index = index
+
+
+def apply_edits(
+    doc: MemoryDocument, additions: Sequence[NewEntry], removals: Collection[str] = ()
+) -> str:
+    """The file text after removing the lines of some entries and adding others.
+
+    Only whole lines are removed or inserted. New entries go at the end of their
+    section; a missing section is created (core before archival when possible).
+    """
+    unknown = [entry_id for entry_id in removals if entry_id not in doc.entry_lines]
+    if unknown:
+        raise KeyError(f"no entries with ids {unknown}")
+    removed_indexes = {doc.entry_lines[entry_id] for entry_id in removals}
+    nl = doc.newline
+    inserts: dict[int, list[str]] = {}  # after line index -> lines to insert
+    tail: list[str] = []
+    for scope in SCOPES:
+        lines = [
+            render_entry_line(add.ts, add.content) + nl for add in additions if add.scope == scope
+        ]
+        if not lines:
+            continue
+        section = doc.sections.get(scope)
+        if section is not None:
+            inserts.setdefault(section.last_content_index, []).extend(lines)
+        elif scope == CORE and ARCHIVAL in doc.sections:
+            before = doc.sections[ARCHIVAL].heading_index - 1
+            inserts.setdefault(before, []).extend([CANONICAL_HEADINGS[CORE] + nl, *lines])
+        else:
+            needs_gap = bool(tail) or any(line_body(line).strip() for line in doc.lines)
+            tail.extend(([nl] if needs_gap else []) + [CANONICAL_HEADINGS[scope] + nl, *lines])
+    out: list[str] = list(inserts.get(-1, []))
+    for index, line in enumerate(doc.lines):
+        if index not in removed_indexes:
+            out.append(line)
+        follow = inserts.get(index)
+        if follow:
+            if out and not out[-1].endswith("\n"):
+                out[-1] += nl
+            out.extend(follow)
+    if tail:
+        if out and not out[-1].endswith("\n"):
+            out[-1] += nl
+        out.extend(tail)
+    return "".join(out)
+
+
+def new_file_text() -> str:
+    """What a new MEMORY.md holds before its first entry."""
+    return f"{CANONICAL_HEADINGS[CORE]}\n\n{CANONICAL_HEADINGS[ARCHIVAL]}\n"
+
+
+# --- reading views ----------------------------------------------------------
+
+
+TRUNCATION_MARK = "…"
+
+
+@dataclass(frozen=True)
+class ArchivalWindow:
+    """The archival entries that fit the prompt, newest kept, oldest first."""
+
+    lines: list[str]
+    omitted: int
+    newest_was_cut: bool
+
+
+def archival_window(entries: Sequence[Entry], archival_limit_chars: int) -> ArchivalWindow:
+    """The most recent whole entries whose rendered lines fit the limit.
+
+    Lines are counted with their line break. When even the newest entry alone
+    is too long, its end is kept and its line is marked with TRUNCATION_MARK.
+    """
+    kept: list[str] = []
+    used = 0
+    for entry in reversed(entries):
+        line = entry.render()
+        cost = len(line) + 1
+        if used + cost > archival_limit_chars:
+            break
+        kept.append(line)
+        used += cost
+    if kept or not entries:
+        kept.reverse()
+        return ArchivalWindow(kept, len(entries) - len(kept), False)
+    newest = entries[-1]
+    prefix = f"- [{newest.ts}] " if newest.ts else "- "
+    room = max(archival_limit_chars - len(prefix) - len(TRUNCATION_MARK) - 1, 0)
+    escaped = escape_content(newest.content)
+    tail = escaped[len(escaped) - room :] if room else ""
+    return ArchivalWindow([prefix + TRUNCATION_MARK + tail], len(entries) - 1, True)
+
+
+def matches_keyword(content: str, folded_keyword: str) -> bool:
+    return folded_keyword in content.casefold()

@@ -1,0 +1,123 @@
+"""Session history (``sessions.messages_json``) and the record of tool calls."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from sqlite_utils import Database
+
+from oryxmem.errors import EmptyContentError, InvalidRoleError, SessionNotFoundError
+from oryxmem.store.db import write_transaction
+
+ROLES = ("user", "assistant", "system", "tool")
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def turns_tail(messages: list[dict[str, Any]], turns: int) -> list[dict[str, Any]]:
+    """The last ``turns`` turns; a turn starts at a user message."""
+    starts = [index for index, message in enumerate(messages) if message.get("role") == "user"]
+    if len(starts) <= turns:
+        return messages
+    return messages[starts[-turns] :]
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    id: str
+    agent: str
+    created_at: str
+    updated_at: str
+    message_count: int
+
+
+class SessionStore:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def create(self, agent: str) -> SessionInfo:
+        session_id = uuid.uuid4().hex
+        now = _now()
+        with write_transaction(self.db):
+            self.db.execute(
+                "INSERT INTO sessions(id, agent, created_at, updated_at, messages_json)"
+                " VALUES (?, ?, ?, ?, '[]')",
+                [session_id, agent, now, now],
+            )
+        return SessionInfo(session_id, agent, now, now, 0)
+
+    def append(self, session_id: str, role: str, content: str) -> int:
+        """Add a message; returns the session's message count."""
+        if role not in ROLES:
+            raise InvalidRoleError(f"role must be one of {', '.join(ROLES)}, not {role!r}")
+        if not content.strip():
+            raise EmptyContentError("message content is empty")
+        message = json.dumps({"role": role, "content": content, "at": _now()}, ensure_ascii=False)
+        with write_transaction(self.db):
+            cursor = self.db.execute(
+                "UPDATE sessions SET messages_json = json_insert(messages_json, '$[#]', json(?)),"
+                " updated_at = ? WHERE id = ?",
+                [message, _now(), session_id],
+            )
+            if cursor.rowcount == 0:
+                raise SessionNotFoundError(f"no session {session_id!r}")
+            count: int = self.db.execute(
+                "SELECT json_array_length(messages_json) FROM sessions WHERE id = ?", [session_id]
+            ).fetchone()[0]
+        return count
+
+    def messages(self, session_id: str) -> list[dict[str, Any]]:
+        row = self.db.execute(
+            "SELECT messages_json FROM sessions WHERE id = ?", [session_id]
+        ).fetchone()
+        if row is None:
+            raise SessionNotFoundError(f"no session {session_id!r}")
+        messages: list[dict[str, Any]] = json.loads(row[0])
+        return messages
+
+    def history(self, session_id: str, turns: int) -> list[dict[str, Any]]:
+        return turns_tail(self.messages(session_id), turns)
+
+    def info(self, session_id: str) -> SessionInfo:
+        row = self.db.execute(
+            "SELECT id, agent, created_at, updated_at, json_array_length(messages_json)"
+            " FROM sessions WHERE id = ?",
+            [session_id],
+        ).fetchone()
+        if row is None:
+            raise SessionNotFoundError(f"no session {session_id!r}")
+        return SessionInfo(*row)
+
+
+def record_tool_invocation(
+    db: Database,
+    *,
+    tool: str,
+    agent: str,
+    session: str | None,
+    input: dict[str, Any],
+    output: Any,
+    ok: bool,
+    ms: float,
+) -> None:
+    with write_transaction(db):
+        db.execute(
+            "INSERT INTO tool_invocations(tool, agent, session, input, output, ok, ms, at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                tool,
+                agent,
+                session,
+                json.dumps(input, ensure_ascii=False),
+                json.dumps(output, ensure_ascii=False),
+                int(ok),
+                ms,
+                _now(),
+            ],
+        )

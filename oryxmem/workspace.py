@@ -1,0 +1,201 @@
+"""Where things live: the workspace root, its files, and which agent names are safe.
+
+The root is found like git finds ``.git``: an explicit path, else
+``ORYXMEM_ROOT``, else the nearest parent of the working directory that holds
+``.oryxos/``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import unicodedata
+from dataclasses import dataclass
+from pathlib import Path
+
+from oryxmem.errors import WorkspaceNotFoundError
+
+OS_DIR = ".oryxos"
+MEMORY_FILE = "MEMORY.md"
+GLOBAL_AGENT = ""
+MAX_AGENT_NAME_CHARS = 64
+GITIGNORE_TEXT = "# Written by oryxmem init: derived and runtime files.\noryxos.db*\nrun/\n*.tmp\n"
+GITATTRIBUTES_TEXT = (
+    "# Written by oryxmem init --git: concurrent appends to memory merge cleanly.\n"
+    "agents/*/MEMORY.md merge=union\n"
+    "memory/MEMORY.md merge=union\n"
+)
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """The paths of one workspace, rooted at the folder that holds ``.oryxos/``."""
+
+    root: Path
+
+    @property
+    def os_dir(self) -> Path:
+        return self.root / OS_DIR
+
+    @property
+    def agents_dir(self) -> Path:
+        return self.os_dir / "agents"
+
+    @property
+    def global_memory_dir(self) -> Path:
+        return self.os_dir / "memory"
+
+    @property
+    def config_path(self) -> Path:
+        return self.os_dir / "config.toml"
+
+    @property
+    def db_path(self) -> Path:
+        return self.os_dir / "oryxos.db"
+
+    @property
+    def run_dir(self) -> Path:
+        return self.os_dir / "run"
+
+    @property
+    def locks_dir(self) -> Path:
+        return self.run_dir / "locks"
+
+    @property
+    def workspace_id(self) -> str:
+        """A short id for this workspace, stable while it stays where it is."""
+        return hashlib.blake2b(str(self.root).encode(), digest_size=6).hexdigest()
+
+    def memory_dir(self, agent: str) -> Path:
+        return self.global_memory_dir if agent == GLOBAL_AGENT else self.agents_dir / agent
+
+    def memory_path(self, agent: str) -> Path:
+        return self.memory_dir(agent) / MEMORY_FILE
+
+    def lock_path(self, agent: str) -> Path:
+        """The lock (and append journal) of an agent's file; run/ is git-ignored."""
+        name = "global" if agent == GLOBAL_AGENT else f"agent-{agent}"
+        return self.locks_dir / f"{name}.lock"
+
+    def agent_names(self) -> list[str]:
+        """The safe agent directories that exist, sorted."""
+        if not self.agents_dir.is_dir():
+            return []
+        names = []
+        for child in self.agents_dir.iterdir():
+            if check_agent_name(self, child.name) is None:
+                names.append(child.name)
+        return sorted(names)
+
+
+def find_root(explicit: str | os.PathLike[str] | None = None, cwd: Path | None = None) -> Path:
+    """The workspace root, or WorkspaceNotFoundError saying where we looked."""
+    if explicit:
+        return Path(explicit).expanduser().resolve()
+    from_env = os.environ.get("ORYXMEM_ROOT")
+    if from_env:
+        return Path(from_env).expanduser().resolve()
+    start = (cwd or Path.cwd()).resolve()
+    for folder in (start, *start.parents):
+        if (folder / OS_DIR).is_dir():
+            return folder
+    raise WorkspaceNotFoundError(
+        f"no {OS_DIR}/ in {start} or any parent; run 'oryxmem init' or pass --root"
+    )
+
+
+def open_workspace(explicit: str | os.PathLike[str] | None = None) -> Workspace:
+    root = find_root(explicit)
+    if not (root / OS_DIR).is_dir():
+        raise WorkspaceNotFoundError(f"{root} has no {OS_DIR}/ folder; run 'oryxmem init' there")
+    return Workspace(root)
+
+
+# --- agent names ------------------------------------------------------------
+
+
+def _is_name_char(ch: str) -> bool:
+    if ch in "-_.":
+        return True
+    category = unicodedata.category(ch)
+    return category.startswith("L") or category == "Nd"
+
+
+def agent_name_problem(name: str) -> str | None:
+    """Why this string is not a safe agent name, or None when it is one."""
+    if not name:
+        return "the name is empty"
+    if len(name) > MAX_AGENT_NAME_CHARS:
+        return f"the name is longer than {MAX_AGENT_NAME_CHARS} characters"
+    if name.startswith("."):
+        return "the name starts with '.'"
+    bad = next((ch for ch in name if not _is_name_char(ch)), None)
+    if bad is not None:
+        allowed = "letters, digits, '-', '_', '.'"
+        return f"the name holds {bad!r} (U+{ord(bad):04X}); allowed are {allowed}"
+    return None
+
+
+def check_agent_name(workspace: Workspace, name: str) -> str | None:
+    """Why this agent may not be used in this workspace, or None when it may."""
+    problem = agent_name_problem(name)
+    if problem:
+        return problem
+    agent_dir = workspace.agents_dir / name
+    if agent_dir.is_symlink():
+        return "its directory is a symbolic link"
+    agents_real = workspace.agents_dir.resolve()
+    if agent_dir.resolve().parent != agents_real:
+        return "its directory resolves outside .oryxos/agents/"
+    if (agent_dir / MEMORY_FILE).is_symlink():
+        return "its MEMORY.md is a symbolic link"
+    if agent_dir.exists() and not agent_dir.is_dir():
+        return "its path exists and is not a directory"
+    return None
+
+
+@dataclass(frozen=True)
+class AgentRef:
+    """Which memory file a call was served from, and whether it fell back."""
+
+    requested: str | None
+    agent: str  # '' = the global file
+    fallback_reason: str | None = None
+
+    @property
+    def fell_back(self) -> bool:
+        return self.fallback_reason is not None
+
+    def describe(self) -> str:
+        return f"agent {self.agent!r}" if self.agent else "the global memory file"
+
+
+def resolve_agent(workspace: Workspace, requested: str | None) -> AgentRef:
+    """The agent to serve; an unsafe name falls back to the global file, saying why."""
+    if requested is None or requested == GLOBAL_AGENT:
+        return AgentRef(requested, GLOBAL_AGENT)
+    problem = check_agent_name(workspace, requested)
+    if problem:
+        return AgentRef(requested, GLOBAL_AGENT, f"unsafe agent name {requested!r}: {problem}")
+    return AgentRef(requested, requested)
+
+
+def init_workspace(root: Path, *, git: bool = False, config_text: str) -> list[Path]:
+    """Create the workspace skeleton; never overwrite what a user already has."""
+    workspace = Workspace(root.resolve())
+    created: list[Path] = []
+    for folder in (workspace.agents_dir, workspace.global_memory_dir, workspace.run_dir):
+        if not folder.exists():
+            folder.mkdir(parents=True)
+            created.append(folder)
+    files = {
+        workspace.config_path: config_text,
+        workspace.os_dir / ".gitignore": GITIGNORE_TEXT,
+    }
+    if git:
+        files[workspace.os_dir / ".gitattributes"] = GITATTRIBUTES_TEXT
+    for path, text in files.items():
+        if not path.exists():
+            path.write_text(text, encoding="utf-8")
+            created.append(path)
+    return created
