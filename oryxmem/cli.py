@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import sys
+import unicodedata
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -43,6 +44,15 @@ class Context:
 pass_context = click.make_pass_decorator(Context)
 
 
+def display_width(text: str) -> int:
+    """Terminal columns: East Asian wide and full-width characters take two."""
+    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
+
+
+def pad(text: str, width: int) -> str:
+    return text + " " * max(width - display_width(text), 0)
+
+
 def emit_json(data: Any) -> None:
     click.echo(json.dumps(data, ensure_ascii=False, indent=2))
 
@@ -57,7 +67,7 @@ def agent_option(func: F) -> F:
     )(func)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "terminal_width": 88})
 @click.version_option(__version__, prog_name="oryxmem")
 @click.option(
     "--root",
@@ -77,12 +87,13 @@ def cli(ctx: click.Context, root: str | None) -> None:
 @pass_context
 def init(ctx: Context, git: bool) -> None:
     """Create a workspace (.oryxos/ with config, .gitignore) here or at --root."""
-    root = Path(ctx.root or os.environ.get("ORYXMEM_ROOT") or Path.cwd())
+    root = Path(ctx.root or os.environ.get("ORYXMEM_ROOT") or Path.cwd()).resolve()
     created = init_workspace(root, git=git, config_text=config_module.default_config_text())
+    click.echo(f"workspace {root}")
     for path in created:
-        click.echo(f"created {path}")
+        click.echo(f"  created {path.relative_to(root)}")
     if not created:
-        click.echo(f"{root.resolve() / '.oryxos'} already set up; nothing changed")
+        click.echo("  already set up; nothing changed")
 
 
 @cli.command()
@@ -171,11 +182,11 @@ def agents(ctx: Context, as_json: bool) -> None:
         return
     click.echo(f"{'AGENT':<24} {'CORE':>6} {'ARCHIVAL':>9}")
     for row in data:
-        name = row["agent"] or "(global)"
+        name = pad(row["agent"] or "(global)", 24)
         if row["problem"]:
-            click.echo(f"{name:<24} {'?':>6} {'?':>9}  {row['problem']}")
+            click.echo(f"{name} {'?':>6} {'?':>9}  {row['problem']}")
         else:
-            click.echo(f"{name:<24} {row['core']:>6} {row['archival']:>9}")
+            click.echo(f"{name} {row['core']:>6} {row['archival']:>9}")
 
 
 @cli.group()
@@ -201,7 +212,7 @@ def config_get(ctx: Context, key: str | None, as_json: bool) -> None:
         click.echo(f"{name} = {json.dumps(value, ensure_ascii=False)}")
 
 
-@config.command("set")
+@config.command("set", context_settings={"ignore_unknown_options": True})
 @click.argument("key")
 @click.argument("value")
 @pass_context

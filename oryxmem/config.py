@@ -6,16 +6,14 @@ dotted keys (``memory.archival_limit_chars``).
 
 from __future__ import annotations
 
+import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import tomlkit
-import tomlkit.exceptions
-from tomlkit.items import Table
-
 from oryxmem.errors import InvalidConfigError
+from oryxmem.fileio import atomic_write
 
 
 @dataclass(frozen=True)
@@ -96,6 +94,9 @@ def setting(key: str) -> Setting:
 
 def default_config_text() -> str:
     """The commented config.toml that ``oryxmem init`` writes."""
+    import tomlkit
+    from tomlkit.items import Table
+
     doc = tomlkit.document()
     doc.add(
         tomlkit.comment("oryxmem configuration. 'oryxmem config set KEY VALUE' keeps comments.")
@@ -145,16 +146,20 @@ class Config:
 
     @classmethod
     def load(cls, path: Path) -> Config:
+        """Read and check config.toml (with the stdlib's tomllib: it is read on every call)."""
         if not path.exists():
             return cls(path, {})
-        doc = _read_document(path)
+        try:
+            doc = tomllib.loads(path.read_text(encoding="utf-8"))
+        except tomllib.TOMLDecodeError as error:
+            raise InvalidConfigError(f"{path} is not valid TOML: {error}") from None
         values: dict[str, Any] = {}
         for section, table in doc.items():
             if not isinstance(table, dict):
                 raise InvalidConfigError(f"{path}: {section!r} must be a [table]")
             for name, value in table.items():
                 key = f"{section}.{name}"
-                values[key] = _check_value(setting(key), _plain(value))
+                values[key] = _check_value(setting(key), value)
         return cls(path, values)
 
     @classmethod
@@ -192,26 +197,23 @@ class Config:
         return str(self.get("memory.timezone"))
 
 
-def _plain(value: Any) -> Any:
-    return value.unwrap() if hasattr(value, "unwrap") else value
-
-
-def _read_document(path: Path) -> tomlkit.TOMLDocument:
-    try:
-        return tomlkit.parse(path.read_text(encoding="utf-8"))
-    except tomlkit.exceptions.ParseError as error:
-        raise InvalidConfigError(f"{path} is not valid TOML: {error}") from None
-
-
 def set_value(path: Path, key: str, text: str) -> Any:
     """Set one key in config.toml, keeping every comment and the layout around it."""
+    import tomlkit
+    import tomlkit.exceptions
+
     value = parse_value(key, text)
-    doc = _read_document(path) if path.exists() else tomlkit.document()
+    try:
+        doc = (
+            tomlkit.parse(path.read_text(encoding="utf-8")) if path.exists() else tomlkit.document()
+        )
+    except tomlkit.exceptions.ParseError as error:
+        raise InvalidConfigError(f"{path} is not valid TOML: {error}") from None
     section, name = key.split(".", 1)
     table = doc.get(section)
     if table is None:
         table = tomlkit.table()
         doc.add(section, table)
     table[name] = value
-    path.write_text(tomlkit.dumps(doc), encoding="utf-8")
+    atomic_write(path, tomlkit.dumps(doc).encode("utf-8"))
     return value

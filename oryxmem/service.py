@@ -9,16 +9,13 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any
-
-from sqlite_utils import Database
+from typing import TYPE_CHECKING, Any
 
 from oryxmem.clock import clock_for
 from oryxmem.config import Config
 from oryxmem.errors import BackendUnavailableError, EmptyContentError, OryxError
 from oryxmem.fileio import FileLock
 from oryxmem.store.base import LongTermMemoryStore, StoreLimits
-from oryxmem.store.db import connect
 from oryxmem.store.format import (
     ARCHIVAL,
     CANONICAL_HEADINGS,
@@ -30,9 +27,13 @@ from oryxmem.store.format import (
     parse,
 )
 from oryxmem.store.markdown import MarkdownMemoryStore
-from oryxmem.store.sessions import SessionInfo, SessionStore, record_tool_invocation
-from oryxmem.store.sqlite import SqliteMemoryStore
 from oryxmem.workspace import AgentRef, Workspace, open_workspace, resolve_agent
+
+if TYPE_CHECKING:
+    # SQLite is imported on first use: a save to MEMORY.md from the CLI need not pay for it.
+    from sqlite_utils import Database
+
+    from oryxmem.store.sessions import SessionInfo, SessionStore
 
 log = logging.getLogger("oryxmem")
 
@@ -101,6 +102,8 @@ class MemoryService:
     def db(self) -> Database:
         """The workspace database, opened (and migrated) on first use."""
         if self._db is None:
+            from oryxmem.store.db import connect
+
             self._db = connect(self.workspace.db_path)
         return self._db
 
@@ -145,6 +148,8 @@ class MemoryService:
         if backend == "markdown":
             return self.markdown_store(agent)
         if backend == "sqlite":
+            from oryxmem.store.sqlite import SqliteMemoryStore
+
             return SqliteMemoryStore(self.db, agent, clock=self.clock, limits=self.limits)
         raise BackendUnavailableError(
             f"memory.backend = {backend!r} is not available in this version;"
@@ -204,6 +209,8 @@ class MemoryService:
 
     @property
     def sessions(self) -> SessionStore:
+        from oryxmem.store.sessions import SessionStore
+
         return SessionStore(self.db)
 
     def create_session(self, agent: str | None) -> SessionInfo:
@@ -226,6 +233,8 @@ class MemoryService:
         started: float,
     ) -> None:
         """Record one tool call that came through the socket in ``tool_invocations``."""
+        from oryxmem.store.sessions import record_tool_invocation
+
         ms = (time.perf_counter() - started) * 1000
         record_tool_invocation(
             self.db,

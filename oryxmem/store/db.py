@@ -43,7 +43,9 @@ def create_memory_entries(db: Database) -> None:
     )
     db.execute("CREATE INDEX memory_entries_order ON memory_entries(agent, scope, seq)")
     db.execute("CREATE INDEX memory_entries_by_entry_id ON memory_entries(agent, entry_id)")
-    db.execute("CREATE INDEX memory_entries_unindexed ON memory_entries(agent) WHERE indexed = 0")
+    db.execute(
+        "CREATE INDEX memory_entries_unindexed ON memory_entries(agent, scope) WHERE indexed = 0"
+    )
     # Casefolded content, indexed by trigrams for recall; rowid = memory_entries.id.
     # Filled by oryxmem (SQL cannot casefold); a row written or changed by another
     # program is dropped from it and marked unindexed by the triggers below.

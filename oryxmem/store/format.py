@@ -11,6 +11,7 @@ import hashlib
 import re
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from oryxmem.errors import EmptyContentError, InvalidContentError, InvalidScopeError
 
@@ -37,6 +38,8 @@ _UNESCAPABLE_CODEPOINTS = {ord(ch) for ch in _OTHER_LINE_BREAKS}
 _HEADING_RE = re.compile(r"(#{1,2})[ \t]+(.*?)[ \t#]*")
 _ITEM_RE = re.compile(r"[-*+][ \t]+(.*)")
 _STAMPED_ITEM_RE = re.compile(r"\[(\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})\][ \t]+(.*)")
+# The common line, matched whole with its line ending: "- [ts] content\r\n".
+_STAMPED_LINE_RE = re.compile(r"- \[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\][ \t]+(.*)\n?")
 _CONFLICT_PREFIXES = ("<<<<<<<", ">>>>>>>", "|||||||")
 
 
@@ -91,9 +94,12 @@ def check_scope(scope: str) -> str:
 # --- entries ----------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Entry:
-    """One memory entry: what it says, when, and its identity for sync."""
+class Entry(NamedTuple):
+    """One memory entry: what it says, when, and its identity for sync.
+
+    A NamedTuple, not a dataclass: a large file holds 100,000 of them and
+    building them is most of the cost of a parse.
+    """
 
     scope: str
     ts: str | None
@@ -133,10 +139,8 @@ class EntryIdAllocator:
         self._seen[key] = ordinal + 1
         return entry_id_for(key, ordinal)
 
-    def copy(self) -> EntryIdAllocator:
-        clone = EntryIdAllocator()
-        clone._seen = dict(self._seen)
-        return clone
+    def count(self, key: str) -> int:
+        return self._seen.get(key, 0)
 
 
 # --- parsing ----------------------------------------------------------------
@@ -245,52 +249,78 @@ def detect_newline(lines: Sequence[str]) -> str:
     return "\r\n" if lines and lines[0].endswith("\r\n") else "\n"
 
 
+_CONFLICT_RE = re.compile(r"^(?:<<<<<<<|>>>>>>>|\|\|\|\|\|\|\|)(?: |\r?$)", re.MULTILINE)
+
+
+def conflict_line_numbers(text: str) -> list[int]:
+    """1-based numbers of the lines that are git conflict markers."""
+    if not any(marker in text for marker in _CONFLICT_PREFIXES):  # memchr-fast, the usual case
+        return []
+    return [text.count("\n", 0, match.start()) + 1 for match in _CONFLICT_RE.finditer(text)]
+
+
 def parse(text: str) -> MemoryDocument:
-    """Read a MEMORY.md. Never raises: problems are reported on the document."""
+    """Read a MEMORY.md. Never raises: problems are reported on the document.
+
+    This loop runs once per line of files that grow to 100,000 entries, so the
+    common line (a stamped entry) is matched whole and its id made inline.
+    """
     lines = split_physical_lines(text)
     doc = MemoryDocument(lines=lines, newline=detect_newline(lines))
-    doc.conflict_lines = [
-        index + 1 for index, line in enumerate(lines) if is_conflict_marker(line_body(line))
-    ]
+    doc.conflict_lines = conflict_line_numbers(text)
     if doc.conflict_lines:
         return doc
     scope: str | None = None
+    entries: list[Entry] = []
+    section: Section | None = None
+    stamped_line = _STAMPED_LINE_RE.fullmatch
+    seen = doc.ids._seen
+    entry_lines = doc.entry_lines
+    blake2b = hashlib.blake2b
     for index, line in enumerate(lines):
+        if scope is not None:
+            match = stamped_line(line)
+            parsed: tuple[str | None, str] | None = None
+            if match:
+                raw = match.group(2).strip()
+                if raw:
+                    parsed = (match.group(1), unescape_content(raw) if "\\" in raw else raw)
+            if parsed is None:
+                body = line_body(line)
+                if body.startswith("#") and heading_scope(body)[0]:
+                    parsed = None
+                elif not body.strip():
+                    continue
+                else:
+                    parsed = parse_entry_body(body)
+                    if parsed is None:
+                        doc.unparsed.append(UnparsedLine(index + 1, body))
+                        assert section is not None
+                        section.last_content_index = index
+                        continue
+            if parsed is not None:
+                ts, content = parsed
+                material = f"{scope}\n{ts or ''}\n{content}".encode("utf-8", "surrogatepass")
+                key = blake2b(material, digest_size=8).hexdigest()
+                ordinal = seen.get(key, 0)
+                seen[key] = ordinal + 1
+                entry_id = key if ordinal == 0 else f"{key}-{ordinal}"
+                entries.append(Entry(scope, ts, content, entry_id))
+                entry_lines[entry_id] = index
+                assert section is not None
+                section.last_content_index = index
+                continue
         body = line_body(line)
         if index == 0 and body.startswith("\ufeff"):
             body = body[1:]
-        if body.startswith("- [") and scope is not None:
-            # The common case, first: a stamped entry in a memory section.
-            parsed = parse_entry_body(body)
-            if parsed is not None:
-                _add_parsed_entry(doc, scope, parsed, index)
-                continue
         if body.startswith("#"):
             boundary, opened = heading_scope(body)
             if boundary:
                 scope = opened
                 if opened is not None:
-                    doc.sections[opened] = Section(opened, index, index)
-                continue
-        if scope is None or not body.strip():
-            continue
-        parsed = parse_entry_body(body)
-        if parsed is None:
-            doc.unparsed.append(UnparsedLine(index + 1, body))
-            doc.sections[scope].last_content_index = index
-        else:
-            _add_parsed_entry(doc, scope, parsed, index)
+                    section = doc.sections[opened] = Section(opened, index, index)
+                    entries = doc.entries(opened)
     return doc
-
-
-def _add_parsed_entry(
-    doc: MemoryDocument, scope: str, parsed: tuple[str | None, str], index: int
-) -> None:
-    ts, content = parsed
-    entry = Entry(scope, ts, content, doc.ids.allocate(scope, ts, content))
-    doc.entries(scope).append(entry)
-    doc.entry_lines[entry.entry_id] = index
-    doc.sections[scope].last_content_index = index
 
 
 # --- editing ----------------------------------------------------------------
@@ -305,11 +335,14 @@ class NewEntry:
 
 def plan_entries(doc: MemoryDocument, additions: Iterable[NewEntry]) -> list[Entry]:
     """The entries (with their ids) that adding these to doc would create."""
-    ids = doc.ids.copy()
-    return [
-        Entry(add.scope, add.ts, add.content, ids.allocate(add.scope, add.ts, add.content))
-        for add in additions
-    ]
+    planned: dict[str, int] = {}
+    entries = []
+    for add in additions:
+        key = entry_key(add.scope, add.ts, add.content)
+        ordinal = doc.ids.count(key) + planned.get(key, 0)
+        planned[key] = planned.get(key, 0) + 1
+        entries.append(Entry(add.scope, add.ts, add.content, entry_id_for(key, ordinal)))
+    return entries
 
 
 def append_at_end(doc: MemoryDocument, addition: NewEntry) -> str | None:

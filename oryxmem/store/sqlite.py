@@ -106,21 +106,20 @@ class SqliteMemoryStore(LongTermMemoryStore):
         return MemorySnapshot(core, replace(window, omitted=total - len(window.lines)), total)
 
     def _recall(self, folded_keyword: str) -> list[Entry]:
+        # CROSS JOIN keeps the index as the outer loop: left to itself, the
+        # planner walks every row of the agent and runs the MATCH once per row.
         if len(folded_keyword) >= _TRIGRAM:
-            indexed = self.db.execute(
-                f"SELECT {_COLUMNS} FROM memory_fts f JOIN memory_entries e ON e.id = f.rowid"
-                " WHERE memory_fts MATCH ? AND e.agent = ? AND e.scope = ?",
-                [fts_phrase(folded_keyword), self.agent, ARCHIVAL],
-            )
+            match, argument = "memory_fts MATCH ?", fts_phrase(folded_keyword)
         else:
-            indexed = self.db.execute(
-                f"SELECT {_COLUMNS} FROM memory_entries e JOIN memory_fts f ON f.rowid = e.id"
-                " WHERE e.agent = ? AND e.scope = ? AND instr(f.folded, ?) > 0",
-                [self.agent, ARCHIVAL, folded_keyword],
-            )
+            match, argument = "instr(f.folded, ?) > 0", folded_keyword
+        indexed = self.db.execute(
+            f"SELECT {_COLUMNS} FROM memory_fts f CROSS JOIN memory_entries e ON e.id = f.rowid"
+            f" WHERE {match} AND e.agent = ? AND e.scope = ?",
+            [argument, self.agent, ARCHIVAL],
+        )
         unindexed = self.db.execute(
-            f"SELECT {_COLUMNS} FROM memory_entries e"
-            " WHERE e.agent = ? AND e.indexed = 0 AND e.scope = ?",
+            f"SELECT {_COLUMNS} FROM memory_entries e INDEXED BY memory_entries_unindexed"
+            " WHERE e.agent = ? AND e.scope = ? AND e.indexed = 0",
             [self.agent, ARCHIVAL],
         )
         rows = {row[0]: row for row in [*indexed, *unindexed]}

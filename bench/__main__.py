@@ -1,0 +1,5 @@
+"""python -m bench: every benchmark in bench/, one table each."""
+
+from bench import store_bench
+
+store_bench.main()

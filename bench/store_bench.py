@@ -1,0 +1,154 @@
+"""Store benchmark (issue 2): durable append, load and recall at 1,000 and 100,000 entries.
+
+Run: python -m bench.store_bench [--sizes 1000,100000] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from bench.common import (
+    Figure,
+    fsync_replace_floor_ms,
+    percentile,
+    print_table,
+    scratch_dir,
+    time_calls,
+)
+from oryxmem.config import default_config_text
+from oryxmem.fileio import FileLock
+from oryxmem.store.base import LongTermMemoryStore, StoreLimits
+from oryxmem.store.db import connect, write_transaction
+from oryxmem.store.format import ARCHIVAL, NewEntry, render_entry_line
+from oryxmem.store.markdown import MarkdownMemoryStore
+from oryxmem.store.sqlite import SqliteMemoryStore, insert_entry
+from oryxmem.workspace import Workspace, init_workspace
+
+TS = "2026-11-30 10:00:00"
+WORDS = [
+    "alpha",
+    "beta",
+    "gamma",
+    "delta",
+    "epsilon",
+    "zeta",
+    "eta",
+    "theta",
+    "iota",
+    "kappa",
+    "lambda",
+    "mu",
+    "记忆",
+    "助手",
+]
+
+
+def content_for(i: int) -> str:
+    words = " ".join(WORDS[(i * 7 + k) % len(WORDS)] for k in range(8))
+    return f'trigger: user="step {i} {words}" reply="done {i}"'
+
+
+def seed(workspace: Workspace, agent: str, count: int) -> None:
+    """Write count archival entries to the file and the table directly (fast)."""
+    path = workspace.memory_path(agent)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = ["## 核心记忆", "- [2026-01-01 00:00:00] User's name is Ada.", "", "## 归档记忆"]
+    lines += [render_entry_line(TS, content_for(i)) for i in range(count)]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    db = connect(workspace.db_path)
+    with write_transaction(db):
+        for i in range(count):
+            insert_entry(db, agent, NewEntry(ARCHIVAL, TS, content_for(i)), "bench")
+    db.close()
+
+
+def measure(count: int, repeat: int) -> list[Figure]:
+    with scratch_dir("oryxmem-bench-") as folder:
+        root = Path(folder)
+        init_workspace(root, config_text=default_config_text())
+        workspace = Workspace(root)
+        floor = fsync_replace_floor_ms(root)
+        agent = f"a{count}"
+        seed(workspace, agent, count)
+        limits = StoreLimits()
+        markdown = MarkdownMemoryStore(
+            workspace.memory_path(agent),
+            FileLock(workspace.lock_path(agent)),
+            clock=lambda: TS,
+            limits=limits,
+        )
+        sqlite = SqliteMemoryStore(
+            connect(workspace.db_path), agent, clock=lambda: TS, limits=limits
+        )
+        first_load = time_calls(markdown.load, 1)[0]  # a cold parse of the whole file
+        big = count > 1000
+        figures = [Figure(f"[{count}] fsync'd atomic replace (floor)", floor, "ms")]
+        stores: list[tuple[str, LongTermMemoryStore]] = [("markdown", markdown), ("sqlite", sqlite)]
+        for name, store in stores:
+            saves = (f"bench save {i}" for i in range(repeat))
+            samples = time_calls(lambda s=store, c=saves: s.append(next(c)), repeat)  # type: ignore[misc]
+            p50, p99 = statistics.median(samples), percentile(samples, 0.99)
+            goal, holds = ("<= 5 ms", p50 <= 5) if big else ("<= 2x floor", p50 <= 2 * floor)
+            figures += [
+                Figure(f"[{count}] {name} durable append p50", p50, "ms", goal, holds),
+                Figure(f"[{count}] {name} durable append p99", p99, "ms"),
+                Figure(f"[{count}] {name} append p50 / floor", p50 / floor, "x"),
+            ]
+        figures.append(Figure(f"[{count}] markdown first load (cold parse)", first_load, "ms"))
+        load = statistics.median(time_calls(markdown.load, repeat))
+        figures.append(Figure(f"[{count}] markdown load() p50", load, "ms", "<= 50 ms", load <= 50))
+        sqlite_load = statistics.median(time_calls(sqlite.load, repeat))
+        figures.append(Figure(f"[{count}] sqlite load() p50", sqlite_load, "ms"))
+        for name, store in stores:
+            keywords = iter([f"step {i * 37 % count} " for i in range(repeat)])
+            samples = time_calls(lambda s=store, k=keywords: s.recall(next(k)), repeat)  # type: ignore[misc]
+            p50 = statistics.median(samples)
+            goal, holds = ("<= 5 ms", p50 <= 5) if name == "sqlite" else ("", None)
+            figures.append(Figure(f"[{count}] {name} recall p50", p50, "ms", goal, holds))
+        cli = cold_cli_recall(workspace, agent)
+        figures.append(
+            Figure(f"[{count}] oryxmem recall, cold CLI start", cli, "ms", "<= 150 ms", cli <= 150)
+        )
+        return figures
+
+
+def cold_cli_recall(workspace: Workspace, agent: str, repeat: int = 5) -> float:
+    env = {**os.environ, "ORYXMEM_ROOT": str(workspace.root)}
+    samples = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        subprocess.run(
+            [sys.executable, "-m", "oryxmem", "recall", "--agent", agent, "step 7 "],
+            env=env,
+            check=True,
+            capture_output=True,
+        )
+        samples.append((time.perf_counter() - started) * 1000)
+    return statistics.median(samples)
+
+
+def main(argv: list[str] | None = None) -> list[Figure]:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--sizes", default="1000,100000")
+    parser.add_argument("--repeat", type=int, default=200)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    figures: list[Figure] = []
+    for count in (int(size) for size in args.sizes.split(",")):
+        figures += measure(count, args.repeat)
+    if args.json:
+        print(json.dumps([f.__dict__ for f in figures], indent=2))
+    else:
+        print_table("store benchmark", figures)
+    return figures
+
+
+if __name__ == "__main__":
+    main()

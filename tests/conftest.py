@@ -1,0 +1,67 @@
+"""Every test gets its own workspace: ORYXMEM_ROOT and ORYXMEM_SOCKET point into tmp_path."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from oryxmem.config import Config, default_config_text
+from oryxmem.service import MemoryService
+from oryxmem.workspace import Workspace, init_workspace
+
+# The realistic MEMORY.md files of ../shared/samples, vendored so a lone clone can test.
+SAMPLES = Path(__file__).resolve().parent / "samples"
+SHARED_SAMPLES = Path(__file__).resolve().parents[2] / "shared" / "samples"
+
+
+@pytest.fixture(autouse=True)
+def isolated_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    root = tmp_path / "ws"
+    root.mkdir()
+    monkeypatch.setenv("ORYXMEM_ROOT", str(root))
+    # Unix socket paths are limited to 108 bytes: keep them short, outside tmp_path.
+    with tempfile.TemporaryDirectory(prefix="oxm-", dir="/tmp") as short:
+        monkeypatch.setenv("ORYXMEM_SOCKET", os.path.join(short, "s.sock"))
+        monkeypatch.setenv("XDG_RUNTIME_DIR", short)
+        yield root
+
+
+@pytest.fixture
+def workspace(isolated_paths: Path) -> Workspace:
+    init_workspace(isolated_paths, config_text=default_config_text())
+    return Workspace(isolated_paths.resolve())
+
+
+@pytest.fixture
+def service(workspace: Workspace) -> Iterator[MemoryService]:
+    svc = MemoryService(workspace, Config.load(workspace.config_path))
+    yield svc
+    svc.close()
+
+
+@pytest.fixture
+def expected_samples() -> dict[str, dict[str, object]]:
+    data: dict[str, dict[str, object]] = json.loads((SAMPLES / "EXPECTED.json").read_text())
+    return data
+
+
+def run_cli(
+    *args: str, stdin: str | None = None, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run the real CLI in a subprocess, as a user would."""
+    return subprocess.run(
+        [sys.executable, "-m", "oryxmem", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        cwd=cwd,
+        timeout=60,
+    )

@@ -1,0 +1,109 @@
+"""The CLI as a user runs it: a real subprocess, one-line errors, --json, stdin."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import run_cli
+
+from oryxmem.workspace import Workspace
+
+
+def test_save_from_stdin_keeps_newlines(workspace: Workspace) -> None:
+    done = run_cli("save", "--agent", "coder", "-", "--json", stdin="line one\nline two\n")
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert data["entry"]["content"] == "line one\nline two"
+    assert data["entry"]["line"].endswith("line one\\nline two")
+    assert data["agent"] == "coder" and data["fallback"] is None
+
+
+def test_json_outputs_parse(workspace: Workspace) -> None:
+    run_cli("save", "-a", "coder", "--scope", "core", "fact")
+    run_cli("save", "-a", "coder", "did a thing")
+    shown = json.loads(run_cli("show", "-a", "coder", "--json").stdout)
+    assert [e["content"] for e in shown["core"]] == ["fact"]
+    assert shown["markdown"].startswith("## 核心记忆\n")
+    recalled = json.loads(run_cli("recall", "-a", "coder", "THING", "--json").stdout)
+    assert len(recalled["lines"]) == 1
+    context = json.loads(run_cli("context", "-a", "coder", "--json").stdout)
+    assert context["context"].startswith("## 核心记忆\n")
+    agents = json.loads(run_cli("agents", "--json").stdout)
+    assert {a["agent"]: a["archival"] for a in agents} == {"": 0, "coder": 1}
+    config = json.loads(run_cli("config", "get", "--json").stdout)
+    assert config["memory.archival_limit_chars"] == 4000
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["save", ""], "content is empty"),
+        (["save", "bad\x01char"], "control character U+0001"),
+        (["save", "--scope", "nope", "x"], "Invalid value for '--scope'"),
+        (["recall", " "], "the recall keyword is empty"),
+        (["config", "set", "memory.nope", "1"], "unknown config key 'memory.nope'"),
+        (["config", "set", "memory.backend", "redis"], "must be one of markdown, sqlite, mem0"),
+        (["config", "set", "memory.footprint_max_chars", "-3"], "must be greater than 0"),
+        (["config", "get", "nope.nope"], "unknown config key"),
+        (["bogus-command"], "No such command"),
+    ],
+)
+def test_errors_are_one_line_and_non_zero(
+    workspace: Workspace, args: list[str], message: str
+) -> None:
+    done = run_cli(*args)
+    assert done.returncode != 0
+    assert message in done.stderr
+    assert "Traceback" not in done.stderr
+    assert (
+        len([line for line in done.stderr.splitlines() if line.startswith("oryxmem: error")]) <= 1
+    )
+
+
+def test_conflicted_file_is_a_clear_error(workspace: Workspace) -> None:
+    path = workspace.memory_path("coder")
+    path.parent.mkdir(parents=True)
+    path.write_text("## 归档记忆\n<<<<<<< HEAD\n- a\n=======\n- b\n>>>>>>> topic\n")
+    before = path.read_bytes()
+    done = run_cli("save", "-a", "coder", "x")
+    assert done.returncode == 1
+    assert done.stderr.strip().endswith("has git conflict markers (lines 2, 6); resolve them first")
+    assert path.read_bytes() == before
+
+
+def test_no_workspace_is_a_clear_error(tmp_path: Path) -> None:
+    done = run_cli("show", env={"ORYXMEM_ROOT": ""}, cwd=tmp_path)
+    assert done.returncode == 1
+    assert "no .oryxos/ in" in done.stderr and "oryxmem init" in done.stderr
+
+
+def test_broken_config_is_a_clear_error(workspace: Workspace) -> None:
+    workspace.config_path.write_text("[memory\nbackend = ")
+    done = run_cli("save", "x")
+    assert done.returncode == 1 and "is not valid TOML" in done.stderr
+    workspace.config_path.write_text("[memory]\narchival_limit_chars = 'many'\n")
+    done = run_cli("context")
+    assert "must be a whole number" in done.stderr
+
+
+def test_root_option_and_discovery_from_a_subfolder(workspace: Workspace, tmp_path: Path) -> None:
+    run_cli("--root", str(workspace.root), "save", "-a", "x", "via root")
+    sub = workspace.root / "src" / "deep"
+    sub.mkdir(parents=True)
+    done = run_cli("recall", "-a", "x", "via", env={"ORYXMEM_ROOT": ""}, cwd=sub)
+    assert done.stdout.strip().endswith("via root")
+
+
+def test_init_is_idempotent_and_keeps_user_files(isolated_paths: Path) -> None:
+    first = run_cli("init", "--git")
+    assert first.returncode == 0 and "created .oryxos/.gitattributes" in first.stdout
+    config = isolated_paths / ".oryxos" / "config.toml"
+    config.write_text("# mine\n[memory]\nbackend = 'sqlite'\n")
+    again = run_cli("init", "--git")
+    assert "already set up; nothing changed" in again.stdout
+    assert config.read_text() == "# mine\n[memory]\nbackend = 'sqlite'\n"
+    gitignore = (isolated_paths / ".oryxos" / ".gitignore").read_text()
+    assert {"oryxos.db*", "run/", "*.tmp"} <= set(gitignore.split())
+    assert "merge=union" in (isolated_paths / ".oryxos" / ".gitattributes").read_text()

@@ -1,0 +1,131 @@
+"""The SQLite schema contract (DESIGN section 6), checked with the real sqlite3 shell."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from oryxmem.store.base import StoreLimits
+from oryxmem.store.db import connect, migrations
+from oryxmem.store.sqlite import SqliteMemoryStore
+
+pytestmark = pytest.mark.skipif(shutil.which("sqlite3") is None, reason="needs the sqlite3 shell")
+
+
+def shell(db_path: Path, sql: str) -> str:
+    """Run SQL in the sqlite3 shell, as another program would."""
+    done = subprocess.run(
+        ["sqlite3", str(db_path), sql], capture_output=True, text=True, timeout=30, check=True
+    )
+    return done.stdout
+
+
+def store_for(db_path: Path, agent: str = "coder") -> SqliteMemoryStore:
+    return SqliteMemoryStore(
+        connect(db_path), agent, clock=lambda: "2026-11-30 10:00:00", limits=StoreLimits()
+    )
+
+
+def test_every_documented_table_exists(tmp_path: Path) -> None:
+    db = connect(tmp_path / "oryxos.db")
+    tables = set(db.table_names())
+    for name in [
+        "memory_entries",
+        "memory_fts",
+        "memory_changes",
+        "memory_history",
+        "sync_state",
+        "sessions",
+        "tool_invocations",
+    ]:
+        assert name in tables
+    assert {"agent", "scope", "ts", "content"} <= set(db["memory_entries"].columns_dict)
+    assert set(db["sync_state"].columns_dict) >= {
+        "size",
+        "mtime_ns",
+        "inode",
+        "sha256",
+        "entry_ids",
+    }
+    assert set(db["tool_invocations"].columns_dict) >= {
+        "tool",
+        "agent",
+        "session",
+        "input",
+        "output",
+        "ok",
+        "ms",
+        "at",
+    }
+    assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_migrations_apply_once_and_reopening_changes_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "oryxos.db"
+    connect(path).close()
+    schema = shell(path, ".schema")
+    db = connect(path)
+    assert migrations.pending(db) == []
+    assert [m.name for m in migrations.applied(db)] == ["create_memory_entries", "create_sessions"]
+    assert shell(path, ".schema") == schema
+
+
+def test_plain_sql_insert_by_another_program_gets_defaults_and_is_logged(tmp_path: Path) -> None:
+    path = tmp_path / "oryxos.db"
+    store = store_for(path)
+    store.append("first")
+    shell(
+        path,
+        "INSERT INTO memory_entries(agent, scope, content) VALUES ('coder', 'archival', 'x from shell')",
+    )
+    row = shell(
+        path, "SELECT ts, seq, source, indexed FROM memory_entries WHERE content = 'x from shell'"
+    )
+    ts, seq, source, indexed = row.strip().split("|")
+    assert re.fullmatch(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}", ts)
+    assert (seq, source, indexed) == ("2", "db", "0")
+    changes = shell(path, "SELECT op, agent FROM memory_changes ORDER BY seq").split()
+    assert changes == ["insert|coder", "insert|coder"]
+    # Recall finds the row at once, before anything indexed it.
+    assert store.recall("SHELL") == [f"- [{ts}] x from shell"]
+    assert store.entries()[1][-1].content == "x from shell"
+
+
+def test_update_and_delete_by_another_program_are_logged_and_unindexed(tmp_path: Path) -> None:
+    path = tmp_path / "oryxos.db"
+    store = store_for(path)
+    store.append("original words")
+    shell(
+        path, "UPDATE memory_entries SET content = 'edited words' WHERE content = 'original words'"
+    )
+    assert store.recall("original") == []
+    assert store.recall("edited") == ["- [2026-11-30 10:00:00] edited words"]
+    assert shell(path, "SELECT indexed FROM memory_entries").strip() == "0"
+    assert shell(path, "SELECT count(*) FROM memory_fts").strip() == "0"
+    shell(path, "DELETE FROM memory_entries")
+    assert store.recall("edited") == []
+    ops = shell(path, "SELECT op FROM memory_changes ORDER BY seq").split()
+    assert ops == ["insert", "update", "delete"]
+    assert shell(path, "PRAGMA integrity_check").strip() == "ok"
+    assert shell(path, "INSERT INTO memory_fts(memory_fts) VALUES ('integrity-check')") == ""
+
+
+def test_bookkeeping_updates_do_not_log_changes(tmp_path: Path) -> None:
+    path = tmp_path / "oryxos.db"
+    store_for(path).append("x")
+    shell(path, "UPDATE memory_entries SET indexed = 1, entry_id = 'abc', seq = 5")
+    assert shell(path, "SELECT count(*) FROM memory_changes").strip() == "1"
+
+
+def test_sessions_written_elsewhere_are_readable(tmp_path: Path) -> None:
+    path = tmp_path / "oryxos.db"
+    connect(path).close()
+    shell(
+        path,
+        "INSERT INTO sessions(id, agent, created_at, updated_at) VALUES ('s1', 'coder', 'now', 'now')",
+    )
+    assert shell(path, "SELECT messages_json FROM sessions").strip() == "[]"

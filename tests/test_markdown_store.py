@@ -1,0 +1,227 @@
+"""MarkdownMemoryStore on real files: durability, torn lines, outside edits, real processes."""
+
+from __future__ import annotations
+
+import difflib
+import os
+import stat
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from conftest import SAMPLES
+
+from oryxmem.errors import MemoryFileConflictedError, MemoryFileUnreadableError
+from oryxmem.fileio import AppendIntent, FileLock
+from oryxmem.store.base import StoreLimits
+from oryxmem.store.format import ARCHIVAL, CORE, parse
+from oryxmem.store.markdown import MarkdownMemoryStore
+
+TS = "2026-11-30 10:00:00"
+
+
+def open_store(tmp_path: Path) -> MarkdownMemoryStore:
+    return MarkdownMemoryStore(
+        tmp_path / "agent" / "MEMORY.md",
+        FileLock(tmp_path / "run" / "agent.lock"),
+        clock=lambda: TS,
+        limits=StoreLimits(),
+    )
+
+
+def test_first_save_creates_the_file_with_both_headings(tmp_path: Path) -> None:
+    store = open_store(tmp_path)
+    store.append("hello")
+    assert store.path.read_text() == f"## 核心记忆\n\n## 归档记忆\n- [{TS}] hello\n"
+
+
+def test_an_archival_save_is_a_one_line_append(tmp_path: Path) -> None:
+    store = open_store(tmp_path)
+    store.append("first")
+    before = store.path.read_bytes()
+    inode = store.path.stat().st_ino
+    store.append("second")
+    after = store.path.read_bytes()
+    assert after == before + f"- [{TS}] second\n".encode()
+    assert store.path.stat().st_ino == inode, "an append at the end must not rewrite the file"
+
+
+def test_a_core_save_rewrites_atomically_and_keeps_the_mode(tmp_path: Path) -> None:
+    store = open_store(tmp_path)
+    store.append("archival")
+    store.path.chmod(0o640)
+    store.append("core fact", CORE)
+    assert stat.S_IMODE(store.path.stat().st_mode) == 0o640
+    assert (
+        store.path.read_text()
+        == f"## 核心记忆\n- [{TS}] core fact\n\n## 归档记忆\n- [{TS}] archival\n"
+    )
+    assert list(store.path.parent.glob("*.tmp")) == []
+
+
+@pytest.mark.parametrize(
+    "sample", sorted(p.name for p in SAMPLES.glob("*.md") if p.name != "README.md")
+)
+def test_saving_into_a_sample_touches_no_other_byte(tmp_path: Path, sample: str) -> None:
+    store = open_store(tmp_path)
+    store.path.parent.mkdir(parents=True)
+    original = (SAMPLES / sample).read_bytes()
+    store.path.write_bytes(original)
+    if sample == "conflicted.md":
+        with pytest.raises(MemoryFileConflictedError):
+            store.append("x")
+        assert store.path.read_bytes() == original
+        return
+    store.append("added\nline")
+    new_lines = store.path.read_bytes().splitlines(keepends=True)
+    nl = b"\r\n" if b"\r\n" in original else b"\n"
+    old_lines = original.splitlines(keepends=True)
+    if old_lines and not old_lines[-1].endswith(b"\n"):
+        old_lines[-1] += nl  # the one byte change allowed: the missing final line break
+    matcher = difflib.SequenceMatcher(a=old_lines, b=new_lines, autojunk=False)
+    changes = [op for op in matcher.get_opcodes() if op[0] != "equal"]
+    assert [op[0] for op in changes] == ["insert"] * len(changes)
+    inserted = [line for op in changes for line in new_lines[op[3] : op[4]]]
+    added = f"- [{TS}] added\\nline".encode() + nl
+    assert inserted.count(added) == 1
+    assert set(inserted) - {added} <= {"## 归档记忆".encode() + nl, nl}
+
+
+def test_outside_edit_is_seen_even_at_the_same_size(tmp_path: Path) -> None:
+    store = open_store(tmp_path)
+    store.append("aaaa")
+    assert [e.content for e in store.entries()[1]] == ["aaaa"]
+    text = store.path.read_text().replace("aaaa", "bbbb")
+    store.path.write_text(text)  # in place, same size: what VS Code does
+    assert [e.content for e in store.entries()[1]] == ["bbbb"]
+    store.append("after")
+    assert [e.content for e in store.entries()[1]] == ["bbbb", "after"]
+
+
+def test_editor_rename_save_is_seen(tmp_path: Path) -> None:
+    store = open_store(tmp_path)
+    store.append("one")
+    store.entries()
+    tmp = store.path.with_name("MEMORY.md.swp")
+    tmp.write_text(store.path.read_text() + "- [2026-01-01 00:00:00] from vim\n")
+    os.replace(tmp, store.path)
+    store.append("two")
+    assert [e.content for e in store.entries()[1]] == ["one", "from vim", "two"]
+
+
+def test_conflicted_file_is_neither_read_nor_written(tmp_path: Path) -> None:
+    store = open_store(tmp_path)
+    store.path.parent.mkdir(parents=True)
+    original = (SAMPLES / "conflicted.md").read_bytes()
+    store.path.write_bytes(original)
+    for call in (store.load, store.entries, lambda: store.recall("x"), lambda: store.append("x")):
+        with pytest.raises(MemoryFileConflictedError) as caught:
+            call()
+        assert caught.value.data["conflict_lines"] == [5, 9]
+    assert store.path.read_bytes() == original
+
+
+def test_non_utf8_file_is_reported_and_left_alone(tmp_path: Path) -> None:
+    store = open_store(tmp_path)
+    store.path.parent.mkdir(parents=True)
+    store.path.write_bytes(b"## \xe5\xbd\x92\xe6\xa1\xa3\n- [2026-01-01 00:00:00] \xff\xfe\n")
+    with pytest.raises(MemoryFileUnreadableError):
+        store.append("x")
+    assert store.path.read_bytes().endswith(b"\xff\xfe\n")
+
+
+def test_a_torn_append_is_completed_from_the_journal_not_read_as_an_entry(tmp_path: Path) -> None:
+    store = open_store(tmp_path)
+    store.append("before the crash")
+    line = f"- [{TS}] the line being written when the power failed\n".encode()
+    size = store.path.stat().st_size
+    # What a crash mid-append leaves: the journaled intent, and part of the line.
+    with store.lock.hold():
+        store.lock.write_intent(AppendIntent(store.path.stat().st_ino, size, line))
+    with open(store.path, "ab") as handle:
+        handle.write(line[:17])
+    fresh = open_store(tmp_path)
+    contents = [e.content for e in fresh.entries()[1]]
+    assert contents == ["before the crash", "the line being written when the power failed"]
+    assert any("repaired a torn line" in note for note in fresh.repairs)
+    assert fresh.path.read_bytes().endswith(line)
+    assert parse(fresh.path.read_text()).unparsed == []
+
+
+def test_a_finished_append_with_a_stale_journal_is_left_as_is(tmp_path: Path) -> None:
+    store = open_store(tmp_path)
+    store.append("one")
+    line = f"- [{TS}] two\n".encode()
+    size = store.path.stat().st_size
+    with store.lock.hold():
+        store.lock.write_intent(AppendIntent(store.path.stat().st_ino, size, line))
+    with open(store.path, "ab") as handle:
+        handle.write(line)
+    fresh = open_store(tmp_path)
+    assert [e.content for e in fresh.entries()[1]] == ["one", "two"]
+    assert fresh.repairs == ["complete"]
+
+
+def test_a_journal_for_a_replaced_file_is_ignored(tmp_path: Path) -> None:
+    store = open_store(tmp_path)
+    store.append("one")
+    with store.lock.hold():
+        store.lock.write_intent(AppendIntent(1, 3, b"- [x] y\n"))
+    fresh = open_store(tmp_path)
+    assert [e.content for e in fresh.entries()[1]] == ["one"]
+    assert fresh.repairs == ["file replaced since"]
+
+
+def test_stale_temp_files_are_cleaned(tmp_path: Path) -> None:
+    store = open_store(tmp_path)
+    store.append("x")
+    leftover = store.path.with_name(".MEMORY.md.deadbeef.tmp")
+    leftover.write_text("half")
+    assert store.clean_temp_files() == [leftover]
+    assert not leftover.exists()
+
+
+WRITER = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+    from oryxmem.fileio import FileLock
+    from oryxmem.store.base import StoreLimits
+    from oryxmem.store.format import CORE
+    from oryxmem.store.markdown import MarkdownMemoryStore
+
+    folder, worker, count = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+    store = MarkdownMemoryStore(
+        folder / "agent" / "MEMORY.md",
+        FileLock(folder / "run" / "agent.lock"),
+        clock=lambda: "2026-11-30 10:00:00",
+        limits=StoreLimits(),
+    )
+    for i in range(count):
+        # Every tenth save goes to core: a full rewrite racing the appends.
+        store.append(f"worker {worker} entry {i}", CORE if i % 10 == 0 else "archival")
+    """
+)
+
+
+def test_eight_processes_appending_lose_nothing_and_duplicate_nothing(tmp_path: Path) -> None:
+    workers, count = 8, 200
+    procs = [
+        subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path), str(w), str(count)])
+        for w in range(workers)
+    ]
+    assert [p.wait(timeout=120) for p in procs] == [0] * workers
+    doc = parse((tmp_path / "agent" / "MEMORY.md").read_text())
+    assert doc.parseable and doc.unparsed == []
+    contents = [e.content for e in doc.all_entries()]
+    expected = {f"worker {w} entry {i}" for w in range(workers) for i in range(count)}
+    assert len(contents) == workers * count
+    assert set(contents) == expected
+    for w in range(workers):
+        mine = [int(c.split()[-1]) for c in contents if c.startswith(f"worker {w} ")]
+        core = [i for i in mine if i % 10 == 0]
+        archival = [i for i in mine if i % 10 != 0]
+        assert sorted(core) == core and sorted(archival) == archival, "order per writer kept"
+    assert ARCHIVAL in doc.sections and list((tmp_path / "agent").glob("*.tmp")) == []

@@ -1,0 +1,71 @@
+"""The README's console examples run, in order, in a fresh workspace: the first page never lies."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+TIMESTAMP = re.compile(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}")
+README_ROOT = "/home/ada/project"
+
+
+def console_examples(text: str) -> list[tuple[str, str]]:
+    """(command, expected stdout) pairs from the ```console blocks."""
+    examples: list[tuple[str, str]] = []
+    for block in re.findall(r"```console\n(.*?)```", text, re.DOTALL):
+        for chunk in re.split(r"^\$ ", block, flags=re.MULTILINE)[1:]:
+            command, _, output = chunk.partition("\n")
+            examples.append((command, output))
+    return examples
+
+
+def test_readme_console_examples_run_as_shown(isolated_paths: Path) -> None:
+    examples = console_examples(README.read_text(encoding="utf-8"))
+    assert len(examples) >= 10
+    env = {
+        **os.environ,
+        "ORYXMEM_ROOT": str(isolated_paths),
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+    }
+    for command, expected in examples:
+        done = subprocess.run(
+            command, shell=True, cwd=isolated_paths, env=env, capture_output=True, text=True
+        )
+        actual = TIMESTAMP.sub("2026-07-22 09:30:00", done.stdout)
+        actual = actual.replace(str(isolated_paths.resolve()), README_ROOT)
+        assert actual == expected, f"$ {command}\n{done.stderr}"
+        assert "Traceback" not in done.stderr
+
+
+def test_readme_describes_the_stderr_of_its_examples(isolated_paths: Path) -> None:
+    text = README.read_text(encoding="utf-8")
+    env = {**os.environ, "ORYXMEM_ROOT": str(isolated_paths)}
+    subprocess.run([sys.executable, "-m", "oryxmem", "init"], env=env, check=True)
+    unsafe = subprocess.run(
+        [sys.executable, "-m", "oryxmem", "save", "--agent", "../etc", "x"],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert unsafe.stderr.startswith("oryxmem: warning: unsafe agent name '../etc': ")
+    assert "oryxmem: warning: unsafe agent name '../etc': ..." in text
+    empty = subprocess.run(
+        [sys.executable, "-m", "oryxmem", "save", "--agent", "coder", ""],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert empty.returncode == 1
+    assert f"`{empty.stderr.strip()}`" in text
+
+
+def test_readme_opens_with_the_two_setup_commands() -> None:
+    text = README.read_text(encoding="utf-8")
+    setup = text.split("## Set up in two commands", 1)[1].split("##", 1)[0]
+    assert "./dev demo" in setup and "./dev test" in setup
+    ci = (README.parent / ".ci" / "run").read_text()
+    assert "./dev test" in ci

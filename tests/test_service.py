@@ -1,0 +1,145 @@
+"""MemoryService: context, footprints, sessions, tool records, both backends behind it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from oryxmem.config import Config, set_value
+from oryxmem.errors import (
+    BackendUnavailableError,
+    EmptyContentError,
+    InvalidRoleError,
+    SessionNotFoundError,
+)
+from oryxmem.service import MemoryService, footprint_line
+from oryxmem.workspace import Workspace
+
+
+def test_context_of_an_agent_with_no_file_has_both_headings(service: MemoryService) -> None:
+    assert service.build_context("newcomer") == "## 核心记忆\n## 归档记忆\n"
+
+
+def test_context_holds_core_whole_and_recent_archival(service: MemoryService) -> None:
+    service.save("coder", "User's name is Ada.", "core")
+    for i in range(300):
+        service.save("coder", f"step {i:03d} " + "." * 30)
+    text = service.build_context("coder")
+    lines = text.splitlines()
+    assert lines[0] == "## 核心记忆" and lines[1].endswith("User's name is Ada.")
+    assert lines[2] == "## 归档记忆"
+    assert "earlier archival entries not shown" in lines[3]
+    assert lines[-1].endswith("step 299 " + "." * 30)
+    archival_chars = sum(len(line) + 1 for line in lines[4:])
+    assert archival_chars <= 4000
+
+
+def test_archival_limit_comes_from_config(workspace: Workspace) -> None:
+    set_value(workspace.config_path, "memory.archival_limit_chars", "100")
+    service = MemoryService(workspace, Config.load(workspace.config_path))
+    for i in range(10):
+        service.save("a", f"entry {i}")
+    archival = service.build_context("a").split("## 归档记忆\n")[1].splitlines()
+    assert sum(len(line) + 1 for line in archival[1:]) <= 100
+    assert archival[-1].endswith("entry 9")
+
+
+def test_footprint_is_one_compact_line() -> None:
+    line = footprint_line("fix   the\nCI please", "pinned\tpytest " + "x" * 500, 200)
+    assert line.startswith('trigger: user="fix the CI please" reply="pinned pytest xxx')
+    assert "\n" not in line and len(line) < 200 * 2 + 40
+    assert line.endswith('…"')
+    with pytest.raises(EmptyContentError):
+        footprint_line("  ", "\n", 200)
+
+
+def test_record_trigger_appends_to_archival(service: MemoryService) -> None:
+    result = service.record_trigger("coder", "fix the CI", "pinned pytest to 8.x")
+    assert result.entry.scope == "archival"
+    assert service.recall("coder", "pinned").lines == [result.entry.render()]
+
+
+def test_get_returns_entries_and_raw_markdown(service: MemoryService) -> None:
+    service.save("coder", "core", "core")
+    service.save("coder", "arch")
+    view = service.get("coder")
+    assert [e.content for e in view.core] == ["core"]
+    assert [e.content for e in view.archival] == ["arch"]
+    assert view.markdown == service.workspace.memory_path("coder").read_text()
+
+
+def test_sessions_history_by_turns(service: MemoryService) -> None:
+    session = service.create_session("coder")
+    service.append_message(session.id, "system", "be brief")
+    for turn in range(5):
+        service.append_message(session.id, "user", f"question {turn}")
+        service.append_message(session.id, "assistant", f"answer {turn}")
+        service.append_message(session.id, "tool", f"tool output {turn}")
+    history = service.history(session.id, turns=2)
+    assert [m["content"] for m in history] == [
+        "question 3",
+        "answer 3",
+        "tool output 3",
+        "question 4",
+        "answer 4",
+        "tool output 4",
+    ]
+    assert len(service.history(session.id, turns=50)) == 16
+    row = service.db.execute("SELECT agent, messages_json FROM sessions").fetchone()
+    assert row[0] == "coder" and len(json.loads(row[1])) == 16
+
+
+def test_session_errors(service: MemoryService) -> None:
+    with pytest.raises(SessionNotFoundError):
+        service.append_message("nope", "user", "x")
+    session = service.create_session(None)
+    with pytest.raises(InvalidRoleError):
+        service.append_message(session.id, "robot", "x")
+    with pytest.raises(EmptyContentError):
+        service.append_message(session.id, "user", " ")
+    assert service.history(session.id) == []
+
+
+def test_tool_invocations_are_recorded(service: MemoryService) -> None:
+    import time
+
+    started = time.perf_counter()
+    service.record_tool(
+        "save_memory", "coder", None, {"content": "x", "scope": "core"}, {"ok": 1}, True, started
+    )
+    row = service.db.execute(
+        "SELECT tool, agent, session, input, ok, ms, at FROM tool_invocations"
+    ).fetchone()
+    assert row[0:3] == ("save_memory", "coder", None)
+    assert json.loads(row[3]) == {"content": "x", "scope": "core"}
+    assert row[4] == 1 and row[5] >= 0 and row[6]
+
+
+def test_sqlite_backend_serves_the_same_calls(workspace: Workspace) -> None:
+    set_value(workspace.config_path, "memory.backend", "sqlite")
+    service = MemoryService(workspace, Config.load(workspace.config_path))
+    service.save("coder", "fact", "core")
+    service.save("coder", "did a thing")
+    assert service.build_context("coder").splitlines()[1].endswith("fact")
+    assert service.recall("coder", "THING").lines[0].endswith("did a thing")
+    assert "## 核心记忆\n- [" in service.get("coder").markdown
+    assert not workspace.memory_path("coder").exists()
+    assert [(a.name, a.core, a.archival) for a in service.agents()] == [("", 0, 0)]
+
+
+def test_mem0_backend_is_a_clear_error(workspace: Workspace) -> None:
+    set_value(workspace.config_path, "memory.backend", "mem0")
+    service = MemoryService(workspace, Config.load(workspace.config_path))
+    with pytest.raises(BackendUnavailableError, match="mem0"):
+        service.save("coder", "x")
+
+
+def test_agents_lists_counts_and_problems(service: MemoryService, workspace: Workspace) -> None:
+    service.save("a", "one")
+    service.save("b", "two", "core")
+    (workspace.agents_dir / "c").mkdir()
+    (workspace.agents_dir / "c" / "MEMORY.md").write_text("<<<<<<< HEAD\n=======\n>>>>>>> x\n")
+    rows = {s.name: (s.core, s.archival, s.problem) for s in service.agents()}
+    assert rows[""] == (0, 0, None) and rows["a"] == (0, 1, None) and rows["b"] == (1, 0, None)
+    assert rows["c"][0] is None and "conflict" in (rows["c"][2] or "")
