@@ -200,7 +200,3 @@ class InternalError(OryxError):
     """An unexpected error; see the daemon log."""
 
     kind_name = "internal_error"
-
-
-def error_kind(name: str) -> ErrorKind:
-    return _BY_NAME[name]

@@ -241,10 +241,6 @@ def parse_entry_body(body: str) -> tuple[str | None, str] | None:
     return ts, unescape_content(raw)
 
 
-def is_conflict_marker(body: str) -> bool:
-    return body.startswith(_CONFLICT_PREFIXES) and (len(body) == 7 or body[7] == " ")
-
-
 def detect_newline(lines: Sequence[str]) -> str:
     return "\r\n" if lines and lines[0].endswith("\r\n") else "\n"
 
@@ -461,7 +457,3 @@ def archival_window(entries: Sequence[Entry], archival_limit_chars: int) -> Arch
     escaped = escape_content(newest.content)
     tail = escaped[len(escaped) - room :] if room else ""
     return ArchivalWindow([prefix + TRUNCATION_MARK + tail], len(entries) - 1, True)
-
-
-def matches_keyword(content: str, folded_keyword: str) -> bool:
-    return folded_keyword in content.casefold()
