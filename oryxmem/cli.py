@@ -189,6 +189,102 @@ def agents(ctx: Context, as_json: bool) -> None:
             click.echo(f"{name} {row['core']:>6} {row['archival']:>9}")
 
 
+@cli.command()
+@agent_option
+@click.option("--check", is_flag=True, help="Change nothing; list the drift and exit 1 if any.")
+@click.option("--watch", is_flag=True, help="Keep syncing on every change until stopped.")
+@json_option
+@pass_context
+def sync(ctx: Context, agent: str | None, check: bool, watch: bool, as_json: bool) -> None:
+    """Make every MEMORY.md and the memory_entries table agree (one pass, no daemon needed)."""
+    from oryxmem.sync.engine import SyncEngine
+
+    if watch:
+        _watch(ctx)
+        return
+    engine = SyncEngine(ctx.service)
+    agents = None if agent is None else [ctx.service.resolve(agent).agent]
+    total = len(engine.known_agents()) if agents is None else 1
+    show_bar = not as_json and sys.stderr.isatty() and total > 20
+    with (
+        click.progressbar(length=total, label="syncing", file=sys.stderr)
+        if show_bar
+        else (_NoBar()) as bar
+    ):
+        reports = engine.reconcile_all(agents, dry_run=check, progress=lambda _: bar.update(1))
+    if as_json:
+        emit_json([report.__dict__ for report in reports])
+    else:
+        for report in reports:
+            if report.drift or report.status not in ("ok", "unchanged") or agent is not None:
+                click.echo(("would sync " if check else "") + report.summary())
+                for line in report.file_added + report.lost if check else report.lost:
+                    click.echo(f"  {line}")
+        if not any(r.drift or r.status not in ("ok", "unchanged") for r in reports):
+            click.echo("everything in sync")
+    if check and any(report.drift for report in reports):
+        raise SystemExit(1)
+    if any(report.status in ("conflicted", "unreadable") for report in reports):
+        raise SystemExit(1)
+
+
+def _watch(ctx: Context) -> None:
+    """Run the sync watcher in the foreground until SIGTERM or SIGINT; log to stderr."""
+    import signal
+    import threading
+
+    from oryxmem.sync.watcher import SyncWatcher
+
+    logging.getLogger("oryxmem").setLevel(logging.INFO)
+    for handler in logging.getLogger("oryxmem").handlers:
+        handler.setFormatter(logging.Formatter("oryxmem: %(message)s"))
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    watcher = SyncWatcher(open_workspace(ctx.root))
+    watcher.start()
+    watcher.ready.wait()
+    mode = "polling" if watcher.polling else "inotify"
+    click.echo(f"oryxmem: watching {watcher.workspace.os_dir} ({mode})", err=True)
+    while not stop.wait(1.0):
+        if not watcher.alive:
+            raise OryxError("the sync watcher stopped unexpectedly; see the log above")
+    watcher.stop()
+    click.echo("oryxmem: stopped", err=True)
+
+
+class _NoBar:
+    def __enter__(self) -> _NoBar:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def update(self, steps: int) -> None:
+        return None
+
+
+@cli.command()
+@agent_option
+@click.option("--limit", default=50, show_default=True, help="How many events, newest last.")
+@json_option
+@pass_context
+def history(ctx: Context, agent: str | None, limit: int, as_json: bool) -> None:
+    """What was added and removed, when, and by which source (file, db, socket)."""
+    from oryxmem.sync import table
+
+    name = None if agent is None else ctx.service.resolve(agent).agent
+    events = table.history(ctx.service.db, name, limit)
+    if as_json:
+        emit_json(events)
+        return
+    for event in events:
+        who = event["agent"] or "(global)"
+        what = f"- [{event['ts']}] {event['content']}" if event["ts"] else event["content"]
+        detail = f"  ({event['detail']})" if event["detail"] else ""
+        click.echo(f"{event['at']}  {who}  {event['op']:<10} {event['source']:<6} {what}{detail}")
+
+
 @cli.group()
 def config() -> None:
     """Read and change .oryxos/config.toml (comments are kept)."""

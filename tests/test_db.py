@@ -70,7 +70,11 @@ def test_migrations_apply_once_and_reopening_changes_nothing(tmp_path: Path) -> 
     schema = shell(path, ".schema")
     db = connect(path)
     assert migrations.pending(db) == []
-    assert [m.name for m in migrations.applied(db)] == ["create_memory_entries", "create_sessions"]
+    assert [m.name for m in migrations.applied(db)] == [
+        "create_memory_entries",
+        "create_sessions",
+        "add_quarantine_and_change_cursor",
+    ]
     assert shell(path, ".schema") == schema
 
 

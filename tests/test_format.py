@@ -84,7 +84,7 @@ def test_conflicted_sample_reports_marker_lines() -> None:
 def test_crlf_append_keeps_crlf_and_only_adds_the_missing_break() -> None:
     text = read_sample("crlf-no-final-newline.md")
     doc = parse(text)
-    tail = append_at_end(doc, NewEntry(ARCHIVAL, TS, "new"))
+    tail = append_at_end(doc, [NewEntry(ARCHIVAL, TS, "new")])
     assert tail == f"\r\n- [{TS}] new\r\n"
     assert apply_edits(doc, [NewEntry(ARCHIVAL, TS, "new")]) == text + tail
 
@@ -298,7 +298,7 @@ def test_record_appended_matches_a_fresh_parse() -> None:
     for name in ["canonical.md", "crlf-no-final-newline.md", "escaped.md"]:
         doc = parse(read_sample(name))
         addition = NewEntry(ARCHIVAL, TS, "x\ny")
-        tail = append_at_end(doc, addition)
+        tail = append_at_end(doc, [addition])
         assert tail is not None
         expected = parse(doc.text + tail)
         record_appended(doc, tail, plan_entries(doc, [addition])[0])
@@ -309,9 +309,9 @@ def test_record_appended_matches_a_fresh_parse() -> None:
 
 def test_append_at_end_refuses_when_section_is_not_last() -> None:
     doc = parse(read_sample("canonical.md"))
-    assert append_at_end(doc, NewEntry(CORE, TS, "x")) is None
+    assert append_at_end(doc, [NewEntry(CORE, TS, "x")]) is None
     doc = parse(read_sample("handwritten.md"))
-    assert append_at_end(doc, NewEntry(ARCHIVAL, TS, "x")) is not None
+    assert append_at_end(doc, [NewEntry(ARCHIVAL, TS, "x")]) is not None
 
 
 # --- the archival window -----------------------------------------------------------

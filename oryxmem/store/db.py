@@ -169,6 +169,28 @@ def create_sessions(db: Database) -> None:
     )
 
 
+@migrations()
+def add_quarantine_and_change_cursor(db: Database) -> None:
+    # Rows another program wrote that break the rules: kept here, never dropped.
+    db.execute(
+        """
+        CREATE TABLE memory_quarantine (
+            id INTEGER PRIMARY KEY,
+            at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%d %H:%M:%S', 'now', 'localtime')),
+            row_id INTEGER,
+            agent TEXT,
+            scope TEXT,
+            ts TEXT,
+            content TEXT,
+            reason TEXT NOT NULL
+        )
+        """
+    )
+    # The last memory_changes.seq reconcile has taken in, per agent.
+    db.execute("ALTER TABLE sync_state ADD COLUMN change_seq INTEGER NOT NULL DEFAULT 0")
+    db.execute("CREATE INDEX memory_changes_agent ON memory_changes(agent, seq)")
+
+
 def connect(path: Path) -> Database:
     """Open (creating if needed) and migrate the database, WAL and synchronous=FULL."""
     try:

@@ -341,30 +341,43 @@ def plan_entries(doc: MemoryDocument, additions: Iterable[NewEntry]) -> list[Ent
     return entries
 
 
-def append_at_end(doc: MemoryDocument, addition: NewEntry) -> str | None:
-    """The text to append to the file to add this entry, when it lands at its very end.
+def append_at_end(doc: MemoryDocument, additions: Sequence[NewEntry]) -> str | None:
+    """The text to append to the file to add these entries, when they land at its very end.
 
-    None when the entry belongs elsewhere (its section is not the last thing
-    in the file) and the file must be rewritten instead.
+    None when they belong elsewhere (their section is not the last thing in the
+    file, or they go to both sections) and the file must be rewritten instead.
     """
-    section = doc.sections.get(addition.scope)
+    scopes = {addition.scope for addition in additions}
+    if len(scopes) != 1:
+        return None
+    section = doc.sections.get(scopes.pop())
     if section is None or section.last_content_index != len(doc.lines) - 1:
         return None
     prefix = "" if doc.ends_with_newline else doc.newline
-    return prefix + render_entry_line(addition.ts, addition.content) + doc.newline
+    lines = (render_entry_line(a.ts, a.content) + doc.newline for a in additions)
+    return prefix + "".join(lines)
 
 
 def record_appended(doc: MemoryDocument, appended_text: str, entry: Entry) -> None:
     """Update doc in place after append_at_end's text was written to the file."""
+    record_appended_many(doc, appended_text, [entry])
+
+
+def record_appended_many(doc: MemoryDocument, appended_text: str, entries: Sequence[Entry]) -> None:
+    """Update doc in place after the text of these entries was appended to the file."""
     if not doc.ends_with_newline:
         doc.lines[-1] += doc.newline
         appended_text = appended_text[len(doc.newline) :]
-    doc.lines.append(appended_text)
-    index = len(doc.lines) - 1
-    doc.ids.allocate(entry.scope, entry.ts, entry.content)
-    doc.entries(entry.scope).append(entry)
-    doc.entry_lines[entry.entry_id] = index
-    doc.sections[entry.scope].last_content_index = index
+    lines = split_physical_lines(appended_text)
+    if len(lines) != len(entries):
+        raise ValueError("one appended line per entry")
+    for line, entry in zip(lines, entries, strict=True):
+        doc.lines.append(line)
+        index = len(doc.lines) - 1
+        doc.ids.allocate(entry.scope, entry.ts, entry.content)
+        doc.entries(entry.scope).append(entry)
+        doc.entry_lines[entry.entry_id] = index
+        doc.sections[entry.scope].last_content_index = index
 
 
 def apply_edits(

@@ -33,7 +33,7 @@ from oryxmem.store.format import (
     new_file_text,
     parse,
     plan_entries,
-    record_appended,
+    record_appended_many,
 )
 
 StatKey = tuple[int, int, int, int]
@@ -136,38 +136,49 @@ class MarkdownMemoryStore(LongTermMemoryStore):
     def _append(self, addition: NewEntry) -> Entry:
         with self.lock.hold():
             for _ in range(_MAX_RETRIES):
-                cached = self._parseable_locked()
-                entry = plan_entries(cached.doc, [addition])[0]
-                key = cached.key
-                tail = append_at_end(cached.doc, addition) if key else None
                 try:
-                    if key is None or tail is None:
-                        self._rewrite_locked(cached, [addition], ())
-                        return entry
-                    info = append_durably(self.path, tail.encode(), self.lock, key[1])
+                    return self.edit_locked([addition], ())[0]
                 except ConcurrentChange:
                     self._cached = None
-                    continue
-                record_appended(cached.doc, tail, entry)
-                cached.key = stat_key(info)
-                return entry
         raise ConcurrentChange(self.path)
 
     def edit(self, additions: Sequence[NewEntry], removals: Collection[str]) -> list[Entry]:
-        """Add and remove entries in one rewrite; returns the added entries with their ids."""
+        """Add and remove entries in one write; returns the added entries with their ids."""
         with self.lock.hold():
             for _ in range(_MAX_RETRIES):
-                cached = self._parseable_locked()
-                added = plan_entries(cached.doc, additions)
-                if not (additions or removals):
-                    return added
                 try:
-                    self._rewrite_locked(cached, additions, removals)
+                    return self.edit_locked(additions, removals)
                 except ConcurrentChange:
                     self._cached = None
-                    continue
-                return added
         raise ConcurrentChange(self.path)
+
+    # --- for callers that hold the lock across a longer operation (sync) ------
+
+    def current_locked(self) -> tuple[MemoryDocument, StatKey | None]:
+        """The file as it is now, and its stat (None: no file). The caller holds the lock."""
+        cached = self._read_locked()
+        return cached.doc, cached.key
+
+    def edit_locked(self, additions: Sequence[NewEntry], removals: Collection[str]) -> list[Entry]:
+        """Write additions and removals; the caller holds the lock.
+
+        Entries that all land at the very end of the file are appended in place
+        (journaled, fsynced); anything else is one atomic rewrite. Raises
+        ConcurrentChange when the file changed under us: read again and redo.
+        """
+        cached = self._parseable_locked()
+        added = plan_entries(cached.doc, additions)
+        if not (additions or removals):
+            return added
+        key = cached.key
+        tail = append_at_end(cached.doc, additions) if key and not removals else None
+        if key is None or tail is None:
+            self._rewrite_locked(cached, additions, removals)
+            return added
+        info = append_durably(self.path, tail.encode(), self.lock, key[1])
+        record_appended_many(cached.doc, tail, added)
+        cached.key = stat_key(info)
+        return added
 
     def _rewrite_locked(
         self, cached: _Cached, additions: Sequence[NewEntry], removals: Collection[str]

@@ -1,0 +1,300 @@
+"""The memory_entries side of sync: rows in, plans out, history and sync_state kept.
+
+Every function here runs inside the caller's write transaction (BEGIN
+IMMEDIATE), so the rows, their index, the history and the agreed state change
+together or not at all.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlite_utils import Database
+
+from oryxmem.errors import OryxError
+from oryxmem.store.format import SCOPES, TIMESTAMP_RE, Entry, normalize_content
+from oryxmem.sync.reconcile import Plan, RowState, number_rows
+from oryxmem.workspace import agent_name_problem
+
+
+@dataclass(frozen=True)
+class SyncState:
+    """What both sides last agreed on, and the file as it was then."""
+
+    agent: str
+    path: str
+    size: int | None
+    mtime_ns: int | None
+    inode: int | None
+    sha256: str | None
+    agreed: list[str]
+    status: str
+    detail: str | None
+    change_seq: int
+
+
+def row_problem(
+    agent: str, scope: Any, ts: Any, content: Any, max_content_chars: int
+) -> str | None:
+    """Why a row another program wrote cannot become a line of MEMORY.md, if it cannot."""
+    if agent and agent_name_problem(agent):
+        return f"unsafe agent name {agent!r}: {agent_name_problem(agent)}"
+    if scope not in SCOPES:
+        return f"scope must be 'core' or 'archival', not {scope!r}"
+    if ts is not None and not (isinstance(ts, str) and TIMESTAMP_RE.fullmatch(ts)):
+        return f"ts must be 'yyyy-MM-dd HH:mm:ss' or NULL, not {ts!r}"
+    if not isinstance(content, str):
+        return f"content must be text, not {type(content).__name__}"
+    try:
+        text = normalize_content(content)
+    except OryxError as error:
+        return error.message
+    if len(text) > max_content_chars:
+        return f"content is {len(text)} characters; the limit is {max_content_chars}"
+    return None
+
+
+def quarantine_invalid_rows(db: Database, agent: str, max_content_chars: int) -> list[str]:
+    """Move this agent's rule-breaking rows to memory_quarantine; strip padded content."""
+    reasons = []
+    rows = db.execute(
+        "SELECT id, scope, ts, content FROM memory_entries WHERE agent = ? AND entry_id IS NULL"
+        " UNION SELECT id, scope, ts, content FROM memory_entries"
+        " WHERE agent = ? AND indexed = 0",
+        [agent, agent],
+    ).fetchall()
+    for row_id, scope, ts, content in rows:
+        problem = row_problem(agent, scope, ts, content, max_content_chars)
+        if problem is None:
+            if content != content.strip():
+                db.execute(
+                    "UPDATE memory_entries SET content = ? WHERE id = ?", [content.strip(), row_id]
+                )
+            continue
+        quarantine_row(db, row_id, agent, scope, ts, content, problem)
+        reasons.append(problem)
+    return reasons
+
+
+def quarantine_row(
+    db: Database, row_id: int, agent: str, scope: Any, ts: Any, content: Any, reason: str
+) -> None:
+    db.execute(
+        "INSERT INTO memory_quarantine(row_id, agent, scope, ts, content, reason)"
+        " VALUES (?, ?, ?, ?, ?, ?)",
+        [row_id, agent, str(scope), None if ts is None else str(ts), _text(content), reason],
+    )
+    db.execute("DELETE FROM memory_entries WHERE id = ?", [row_id])
+    record_history(db, agent, "quarantine", "db", None, reason, scope=str(scope), content=content)
+
+
+def _text(value: Any) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def unsafe_agents_with_rows(db: Database) -> list[str]:
+    """Agent names in memory_entries that can never be a directory of .oryxos/agents/."""
+    names = [row[0] for row in db.execute("SELECT DISTINCT agent FROM memory_entries")]
+    return [name for name in names if name and agent_name_problem(str(name))]
+
+
+def quarantine_agent(db: Database, agent: str) -> int:
+    rows = db.execute(
+        "SELECT id, scope, ts, content FROM memory_entries WHERE agent = ?", [agent]
+    ).fetchall()
+    problem = f"unsafe agent name {agent!r}: {agent_name_problem(str(agent))}"
+    for row_id, scope, ts, content in rows:
+        quarantine_row(db, row_id, str(agent), scope, ts, content, problem)
+    return len(rows)
+
+
+def read_rows(db: Database, agent: str) -> list[RowState]:
+    rows = db.execute(
+        "SELECT id, entry_id, scope, ts, content FROM memory_entries WHERE agent = ?"
+        " ORDER BY scope, seq, id",
+        [agent],
+    )
+    return number_rows(rows)
+
+
+def read_state(db: Database, agent: str) -> SyncState | None:
+    row = db.execute(
+        "SELECT agent, path, size, mtime_ns, inode, sha256, entry_ids, status, detail, change_seq"
+        " FROM sync_state WHERE agent = ?",
+        [agent],
+    ).fetchone()
+    if row is None:
+        return None
+    fields = list(row)
+    fields[6] = json.loads(fields[6])
+    return SyncState(*fields)
+
+
+def write_state(db: Database, state: SyncState) -> None:
+    db.execute(
+        "INSERT INTO sync_state(agent, path, size, mtime_ns, inode, sha256, entry_ids, status,"
+        " detail, change_seq, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?,"
+        " strftime('%Y-%m-%d %H:%M:%S', 'now', 'localtime'))"
+        " ON CONFLICT(agent) DO UPDATE SET path = excluded.path, size = excluded.size,"
+        " mtime_ns = excluded.mtime_ns, inode = excluded.inode, sha256 = excluded.sha256,"
+        " entry_ids = excluded.entry_ids, status = excluded.status, detail = excluded.detail,"
+        " change_seq = excluded.change_seq, updated_at = excluded.updated_at",
+        [
+            state.agent,
+            state.path,
+            state.size,
+            state.mtime_ns,
+            state.inode,
+            state.sha256,
+            json.dumps(state.agreed),
+            state.status,
+            state.detail,
+            state.change_seq,
+        ],
+    )
+
+
+def latest_change_seq(db: Database) -> int:
+    value = db.execute("SELECT coalesce(max(seq), 0) FROM memory_changes").fetchone()[0]
+    return int(value)
+
+
+def agents_with_pending_changes(db: Database) -> list[str]:
+    """Agents whose rows changed since reconcile last took their changes in."""
+    rows = db.execute(
+        "SELECT DISTINCT name FROM ("
+        " SELECT c.agent AS name, c.seq AS seq FROM memory_changes c"
+        " UNION ALL SELECT c.old_agent, c.seq FROM memory_changes c WHERE c.old_agent IS NOT NULL"
+        ") LEFT JOIN sync_state s ON s.agent = name WHERE seq > coalesce(s.change_seq, 0)"
+    )
+    return [row[0] for row in rows if row[0] is not None]
+
+
+def protected_entries(db: Database, agent: str, window_seconds: int) -> set[str]:
+    """Entries added from the socket or the database lately, not yet restored once."""
+    rows = db.execute(
+        "SELECT entry_id FROM memory_history WHERE agent = ? AND op = 'add' AND source != 'file'"
+        " AND at >= strftime('%Y-%m-%d %H:%M:%S', 'now', 'localtime', ?)"
+        " EXCEPT SELECT entry_id FROM memory_history WHERE agent = ? AND op = 'restore'",
+        [agent, f"-{window_seconds} seconds", agent],
+    )
+    return {row[0] for row in rows if row[0]}
+
+
+def record_history(
+    db: Database,
+    agent: str,
+    op: str,
+    source: str,
+    entry: Entry | None,
+    detail: str | None = None,
+    *,
+    scope: str | None = None,
+    content: Any = None,
+) -> None:
+    db.execute(
+        "INSERT INTO memory_history(agent, op, source, scope, entry_id, ts, content, detail)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        [
+            agent,
+            op,
+            source,
+            entry.scope if entry else scope,
+            entry.entry_id if entry else None,
+            entry.ts if entry else None,
+            entry.content if entry else _text(content),
+            detail,
+        ],
+    )
+
+
+def index_rows(db: Database, agent: str) -> int:
+    """Put this agent's unindexed rows in the recall index (SQL cannot casefold)."""
+    rows = db.execute(
+        "SELECT id, content FROM memory_entries INDEXED BY memory_entries_unindexed"
+        " WHERE agent = ?1 AND scope = 'core' AND indexed = 0"
+        " UNION ALL SELECT id, content FROM memory_entries INDEXED BY memory_entries_unindexed"
+        " WHERE agent = ?1 AND scope = 'archival' AND indexed = 0",
+        [agent],
+    ).fetchall()
+    for row_id, content in rows:
+        db.execute("DELETE FROM memory_fts WHERE rowid = ?", [row_id])
+        db.execute(
+            "INSERT INTO memory_fts(rowid, folded) VALUES (?, ?)", [row_id, content.casefold()]
+        )
+        db.execute("UPDATE memory_entries SET indexed = 1 WHERE id = ?", [row_id])
+    return len(rows)
+
+
+def apply_plan_to_rows(db: Database, agent: str, plan: Plan, file_entries: Sequence[Entry]) -> None:
+    """Make the rows match what the plan decided, and write every add and remove to history."""
+    removed_from_file = set(plan.file_removals)
+    by_id = {entry.entry_id: entry for entry in file_entries}
+    losers = {row_id: (entry, why) for row_id, entry, why in plan.lost}
+    doomed = set(plan.row_deletes)
+    if doomed:
+        for row_id, scope, ts, content, entry_id in db.execute(
+            f"SELECT id, scope, ts, content, entry_id FROM memory_entries"
+            f" WHERE id IN ({','.join('?' * len(doomed))})",
+            list(doomed),
+        ).fetchall():
+            if row_id in losers:
+                record_history(db, agent, "lost", "db", *losers[row_id])
+            else:
+                record_history(db, agent, "remove", "file", Entry(scope, ts, content, entry_id))
+        db.conn.executemany("DELETE FROM memory_entries WHERE id = ?", [[r] for r in doomed])
+    for entry_id in removed_from_file:
+        record_history(db, agent, "remove", "db", by_id[entry_id])
+    for entry in plan.file_additions:
+        op = "restore" if entry in plan.restored else "add"
+        record_history(db, agent, op, "db", entry)
+    if plan.row_inserts:
+        next_seq = _next_seqs(db, agent)
+        for entry in plan.row_inserts:
+            seq = next_seq[entry.scope]
+            next_seq[entry.scope] += 1
+            db.execute(
+                "INSERT INTO memory_entries(agent, scope, ts, content, entry_id, seq, source)"
+                " VALUES (?, ?, ?, ?, ?, ?, 'file')",
+                [agent, entry.scope, entry.ts, entry.content, entry.entry_id, seq],
+            )
+            record_history(db, agent, "add", "file", entry)
+    db.conn.executemany(
+        "UPDATE memory_entries SET entry_id = ? WHERE id = ?",
+        [[entry_id, row_id] for row_id, entry_id in plan.row_restamps],
+    )
+
+
+def _next_seqs(db: Database, agent: str) -> dict[str, int]:
+    rows = db.execute(
+        "SELECT scope, coalesce(max(seq), 0) + 1 FROM memory_entries WHERE agent = ?"
+        " GROUP BY scope",
+        [agent],
+    )
+    seqs = dict.fromkeys(SCOPES, 1)
+    seqs.update({scope: int(value) for scope, value in rows})
+    return seqs
+
+
+def history(db: Database, agent: str | None, limit: int) -> list[dict[str, Any]]:
+    where, args = ("WHERE agent = ?", [agent]) if agent is not None else ("", [])
+    rows = db.execute(
+        f"SELECT at, agent, op, source, scope, ts, content, detail FROM memory_history {where}"
+        " ORDER BY id DESC LIMIT ?",
+        [*args, limit],
+    ).fetchall()
+    keys = ("at", "agent", "op", "source", "scope", "ts", "content", "detail")
+    return [dict(zip(keys, row, strict=True)) for row in reversed(rows)]
+
+
+def quarantined(db: Database) -> Iterable[dict[str, Any]]:
+    keys = ("at", "row_id", "agent", "scope", "ts", "content", "reason")
+    for row in db.execute(
+        "SELECT at, row_id, agent, scope, ts, content, reason FROM memory_quarantine ORDER BY id"
+    ):
+        yield dict(zip(keys, row, strict=True))

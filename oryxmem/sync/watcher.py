@@ -1,0 +1,224 @@
+"""Turns hints into "reconcile this agent soon": file events, database writes, a rescan.
+
+- watchdog events under ``.oryxos/agents/`` and ``.oryxos/memory/``, debounced
+  per agent (an editor's save is several events);
+- a write to the database by another process: the WAL file changes (an event)
+  and ``PRAGMA data_version`` moves (checked on that event and twice a second);
+  the ``memory_changes`` rows then say which agents;
+- catch-up at start, and a jittered periodic rescan, because inotify drops
+  events under load.
+
+The engine decides; this only schedules. It runs in one worker thread with its
+own database connection.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+from watchdog.events import FileSystemEvent, FileSystemEventHandler
+from watchdog.observers import Observer
+from watchdog.observers.api import BaseObserver
+from watchdog.observers.polling import PollingObserver
+
+from oryxmem.config import Config
+from oryxmem.service import MemoryService
+from oryxmem.sync import table
+from oryxmem.sync.engine import AgentReport, SyncEngine
+from oryxmem.workspace import GLOBAL_AGENT, MEMORY_FILE, Workspace
+
+log = logging.getLogger("oryxmem.sync")
+T = TypeVar("T")
+
+DEBOUNCE_SECONDS = 0.03  # quiet time after an event before reconciling
+MAX_DELAY_SECONDS = 0.3  # a stream of events waits no longer than this
+RETRY_SECONDS = 0.5  # after "git is busy" or a file that kept changing
+DB_POLL_SECONDS = 0.5
+RESCAN_SECONDS = 30.0
+
+
+def agent_for_path(workspace: Workspace, path: str) -> str | None:
+    """Which agent's memory an event path touches, if any."""
+    target = Path(path)
+    try:
+        parts = target.relative_to(workspace.agents_dir).parts
+    except ValueError:
+        parts = ()
+    if parts:
+        if len(parts) == 1 or parts[1] == MEMORY_FILE or parts[1].endswith(".tmp"):
+            return parts[0]
+        return parts[0] if len(parts) == 2 else None
+    if target == workspace.global_memory_dir or target.parent == workspace.global_memory_dir:
+        return GLOBAL_AGENT
+    return None
+
+
+class _Events(FileSystemEventHandler):
+    def __init__(self, watcher: SyncWatcher) -> None:
+        self.watcher = watcher
+
+    def on_any_event(self, event: FileSystemEvent) -> None:
+        if event.event_type in ("opened", "closed_no_write"):
+            return
+        for raw in (event.src_path, getattr(event, "dest_path", "")):
+            if not raw:
+                continue
+            path = raw.decode() if isinstance(raw, bytes) else raw
+            if path.endswith("oryxos.db-wal"):
+                self.watcher.hint_database()
+                continue
+            agent = agent_for_path(self.watcher.workspace, path)
+            if agent is not None:
+                self.watcher.schedule(agent)
+
+
+class SyncWatcher:
+    """Keeps a workspace's files and table in sync until stopped."""
+
+    def __init__(
+        self,
+        workspace: Workspace,
+        *,
+        rescan_seconds: float = RESCAN_SECONDS,
+        on_report: Callable[[AgentReport], None] | None = None,
+        force_polling: bool = False,
+    ) -> None:
+        self.workspace = workspace
+        self.service = MemoryService(workspace, Config.load(workspace.config_path))
+        self.engine = SyncEngine(self.service)
+        self.rescan_seconds = rescan_seconds
+        self.on_report = on_report
+        self.force_polling = force_polling
+        self.observer: BaseObserver | None = None
+        self.polling = False
+        self._due: dict[str, tuple[float, float]] = {}  # agent -> (due at, first hint at)
+        self._db_hint = False
+        self._lock = threading.Condition()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.ready = threading.Event()  # set once the catch-up pass is done
+        self.last_error: str | None = None
+        self.reconciles = 0
+
+    # --- hints ------------------------------------------------------------------
+
+    def schedule(self, agent: str, delay: float = DEBOUNCE_SECONDS) -> None:
+        now = time.monotonic()
+        with self._lock:
+            _, first = self._due.get(agent, (0.0, now))
+            self._due[agent] = (min(now + delay, first + MAX_DELAY_SECONDS), first)
+            self._lock.notify()
+
+    def hint_database(self) -> None:
+        with self._lock:
+            self._db_hint = True
+            self._lock.notify()
+
+    # --- life -------------------------------------------------------------------
+
+    def start(self) -> None:
+        for folder in (self.workspace.agents_dir, self.workspace.global_memory_dir):
+            folder.mkdir(parents=True, exist_ok=True)
+        self.observer = self._start_observer()
+        self._thread = threading.Thread(target=self._run, name="oryxmem-sync", daemon=True)
+        self._thread.start()
+
+    def _start_observer(self) -> BaseObserver:
+        handler = _Events(self)
+        kinds: list[Callable[[], BaseObserver]] = [PollingObserver]
+        if not self.force_polling:
+            kinds.insert(0, Observer)  # inotify; polling when the kernel's limits are hit
+        for kind in kinds:
+            observer = kind()
+            observer.schedule(handler, str(self.workspace.agents_dir), recursive=True)
+            observer.schedule(handler, str(self.workspace.global_memory_dir), recursive=False)
+            observer.schedule(handler, str(self.workspace.os_dir), recursive=False)
+            try:
+                observer.start()
+            except OSError as error:
+                if error.errno not in (errno.ENOSPC, errno.EMFILE):
+                    raise
+                log.warning("inotify limit reached (%s); watching by polling instead", error)
+                continue
+            self.polling = kind is PollingObserver
+            return observer
+        raise RuntimeError("no file watcher could start")
+
+    def stop(self) -> None:
+        self._stop.set()
+        with self._lock:
+            self._lock.notify()
+        if self.observer is not None:
+            self.observer.stop()
+            self.observer.join(timeout=5)
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        self.service.close()
+
+    @property
+    def alive(self) -> bool:
+        observer_ok = self.observer is not None and self.observer.is_alive()
+        return observer_ok and self._thread is not None and self._thread.is_alive()
+
+    # --- the worker ---------------------------------------------------------------
+
+    def _run(self) -> None:
+        self._pass(self.engine.reconcile_all)  # catch up with what changed while down
+        self.ready.set()
+        data_version = self._data_version()
+        next_rescan = self._next_rescan()
+        next_poll = time.monotonic() + DB_POLL_SECONDS
+        while not self._stop.is_set():
+            with self._lock:
+                wake = min([next_rescan, next_poll, *(at for at, _ in self._due.values())])
+                if not self._db_hint and wake > time.monotonic():
+                    self._lock.wait(timeout=wake - time.monotonic())
+                now = time.monotonic()
+                due = [agent for agent, (at, _) in self._due.items() if at <= now]
+                for agent in due:
+                    del self._due[agent]
+                db_hint, self._db_hint = self._db_hint, False
+            if db_hint or now >= next_poll:
+                next_poll = now + DB_POLL_SECONDS
+                version = self._data_version()
+                if version != data_version:  # another connection committed
+                    data_version = version
+                    due += self._pass(lambda: table.agents_with_pending_changes(self.engine.db))
+            if now >= next_rescan:
+                next_rescan = self._next_rescan()
+                due += self._pass(self.engine.due_agents)
+            for agent in sorted(set(due)):
+                self._reconcile(agent)
+
+    def _reconcile(self, agent: str) -> None:
+        reports = self._pass(lambda: [self.engine.reconcile_agent(agent)])
+        if not reports or reports[0].status == "deferred":
+            self.schedule(agent, RETRY_SECONDS)
+        self.reconciles += 1
+        if reports and self.on_report is not None:
+            self.on_report(reports[0])
+
+    def _pass(self, work: Callable[[], list[T]]) -> list[T]:
+        """Run one piece of work; an error is logged and retried later, never fatal."""
+        try:
+            result = work()
+        except Exception as error:  # the watcher must outlive any one bad pass
+            self.last_error = f"{type(error).__name__}: {error}"
+            log.exception("sync pass failed; will retry")
+            return []
+        self.last_error = None
+        return result
+
+    def _data_version(self) -> int:
+        value = self.engine.db.execute("PRAGMA data_version").fetchone()[0]
+        return int(value)
+
+    def _next_rescan(self) -> float:
+        return time.monotonic() + self.rescan_seconds * random.uniform(0.8, 1.2)
