@@ -146,6 +146,10 @@ class SyncEngine:
         reports = []
         if not dry_run:
             reports += self.quarantine_unsafe_agents()
+            for agent in self.known_agents():
+                # A writer killed mid-rewrite leaves its temp file: never the truth.
+                for leftover in self.service.markdown_store(agent).clean_temp_files():
+                    log.info("removed %s, left by an interrupted write", leftover)
         for agent in self.known_agents() if agents is None else agents:
             report = self.reconcile_agent(agent, dry_run=dry_run)
             reports.append(report)

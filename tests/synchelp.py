@@ -1,0 +1,99 @@
+"""Helpers for sync tests: outside clients, and the check that both sides agree."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+from oryxmem.store.db import connect
+from oryxmem.store.format import parse
+from oryxmem.workspace import Workspace
+
+
+def sql(workspace: Workspace, statement: str) -> str:
+    """Run SQL with the sqlite3 shell: another program writing the table."""
+    done = subprocess.run(
+        ["sqlite3", "-cmd", ".timeout 10000", str(workspace.db_path), statement],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return done.stdout
+
+
+def file_items(workspace: Workspace, agent: str) -> Counter:
+    path = workspace.memory_path(agent)
+    if not path.exists():
+        return Counter()
+    doc = parse(path.read_text(encoding="utf-8"))
+    assert doc.parseable, f"{path} does not parse: {doc.conflict_lines}"
+    return Counter((e.scope, e.ts, e.content) for e in doc.all_entries())
+
+
+def row_items(workspace: Workspace, agent: str) -> Counter:
+    db = connect(workspace.db_path)
+    try:
+        rows = db.execute(
+            "SELECT scope, ts, content FROM memory_entries WHERE agent = ?", [agent]
+        ).fetchall()
+    finally:
+        db.close()
+    return Counter(tuple(row) for row in rows)
+
+
+def disagreements(workspace: Workspace) -> list[str]:
+    """Every way the files and the table differ right now (empty: they agree)."""
+    problems = []
+    db = connect(workspace.db_path)
+    try:
+        agents = {row[0] for row in db.execute("SELECT DISTINCT agent FROM memory_entries")}
+        integrity = db.execute("PRAGMA integrity_check").fetchone()[0]
+    finally:
+        db.close()
+    if integrity != "ok":
+        problems.append(f"integrity_check: {integrity}")
+    agents |= {""} | {p.name for p in workspace.agents_dir.iterdir() if p.is_dir()}
+    for agent in sorted(agents):
+        try:
+            in_file = file_items(workspace, agent)
+        except AssertionError as error:
+            problems.append(str(error))
+            continue
+        in_rows = row_items(workspace, agent)
+        if in_file != in_rows:
+            problems.append(
+                f"{agent!r}: file-only {in_file - in_rows}, rows-only {in_rows - in_file}"
+            )
+    for tmp in workspace.os_dir.rglob("*.tmp"):
+        problems.append(f"temp file left behind: {tmp}")
+    return problems
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 20.0, step: float = 0.02) -> float:
+    """Seconds it took; fails the test when the condition never held."""
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        if condition():
+            return time.monotonic() - started
+        time.sleep(step)
+    raise AssertionError(f"condition not met within {timeout} s")
+
+
+def git(cwd: Path, *args: str) -> str:
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@example.org",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@example.org",
+    }
+    done = subprocess.run(
+        ["git", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, f"git {' '.join(args)}: {done.stderr}"
+    return done.stdout

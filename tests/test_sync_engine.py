@@ -1,0 +1,287 @@
+"""reconcile_agent on real files, a real SQLite file, the sqlite3 shell and git."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+
+import pytest
+from synchelp import disagreements, file_items, git, row_items, sql
+
+from oryxmem.config import Config
+from oryxmem.service import MemoryService
+from oryxmem.store.db import connect
+from oryxmem.sync import table
+from oryxmem.sync.engine import SyncEngine
+from oryxmem.workspace import Workspace
+
+TS = "2026-07-22 09:30:00"
+
+
+@pytest.fixture
+def engine(workspace: Workspace) -> Iterator[SyncEngine]:
+    service = MemoryService(workspace, Config.load(workspace.config_path))
+    yield SyncEngine(service)
+    service.close()
+
+
+def write(workspace: Workspace, agent: str, text: str) -> None:
+    path = workspace.memory_path(agent)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+
+
+def lines(workspace: Workspace, agent: str) -> list[str]:
+    return [e[2] for e in file_items(workspace, agent).elements()]
+
+
+def test_first_sync_mirrors_files_and_a_second_changes_nothing(
+    engine: SyncEngine, workspace: Workspace
+) -> None:
+    write(workspace, "coder", f"# notes\n## 核心记忆\n- [{TS}] a\n## 归档记忆\n- [{TS}] b\n- c\n")
+    reports = engine.reconcile_all()
+    assert disagreements(workspace) == []
+    assert row_items(workspace, "coder")[("archival", None, "c")] == 1
+    again = engine.reconcile_all()
+    assert all(not r.drift for r in again)
+    assert all(r.status == "unchanged" for r in again if r.agent == "coder")
+    assert any(r.agent == "coder" and r.rows_added for r in reports)
+
+
+def test_sqlite_shell_insert_update_delete_reach_the_file(
+    engine: SyncEngine, workspace: Workspace
+) -> None:
+    write(workspace, "coder", f"## 归档记忆\n- [{TS}] keep\n- [{TS}] edit me\n- [{TS}] drop me\n")
+    engine.reconcile_all()
+    sql(
+        workspace,
+        "INSERT INTO memory_entries(agent, scope, content) VALUES ('coder', 'core', 'from sql')",
+    )
+    sql(workspace, "UPDATE memory_entries SET content = 'edited by sql' WHERE content = 'edit me'")
+    sql(workspace, "DELETE FROM memory_entries WHERE content = 'drop me'")
+    engine.reconcile_agent("coder")
+    text = workspace.memory_path("coder").read_text()
+    assert "from sql" in text and "edited by sql" in text
+    assert "edit me" not in text and "drop me" not in text
+    assert text.startswith("## 核心记忆\n- [")
+    assert disagreements(workspace) == []
+    ops = [(e["op"], e["source"], e["content"]) for e in table.history(engine.db, "coder", 50)]
+    assert ("add", "db", "from sql") in ops and ("remove", "db", "drop me") in ops
+
+
+def test_sql_insert_into_a_new_agent_creates_its_file(
+    engine: SyncEngine, workspace: Workspace
+) -> None:
+    engine.reconcile_all()
+    sql(workspace, "INSERT INTO memory_entries(agent, content) VALUES ('助手', '你好')")
+    engine.reconcile_all()
+    assert lines(workspace, "助手") == ["你好"]
+
+
+@pytest.mark.parametrize(
+    ("values", "reason"),
+    [
+        ("('coder', 'bogus', 'x')", "scope must be"),
+        ("('coder', 'archival', '   ')", "content is empty"),
+        ("('coder', 'archival', char(27) || '[31m')", "control character"),
+        ("('../escape', 'archival', 'x')", "unsafe agent name"),
+        ("('a/b', 'core', 'x')", "unsafe agent name"),
+    ],
+)
+def test_invalid_rows_are_quarantined_and_reported(
+    engine: SyncEngine, workspace: Workspace, values: str, reason: str
+) -> None:
+    write(workspace, "coder", f"## 归档记忆\n- [{TS}] fine\n")
+    engine.reconcile_all()
+    before = workspace.memory_path("coder").read_bytes()
+    sql(workspace, f"INSERT INTO memory_entries(agent, scope, content) VALUES {values}")
+    reports = engine.reconcile_all()
+    assert sum(len(r.quarantined) for r in reports) == 1
+    quarantine = list(table.quarantined(engine.db))
+    assert len(quarantine) == 1 and reason in quarantine[0]["reason"]
+    assert workspace.memory_path("coder").read_bytes() == before
+    assert disagreements(workspace) == []
+    history = table.history(engine.db, None, 10)
+    assert history[-1]["op"] == "quarantine"
+
+
+def test_bad_timestamp_from_sql_is_quarantined(engine: SyncEngine, workspace: Workspace) -> None:
+    engine.reconcile_all()
+    sql(
+        workspace,
+        "INSERT INTO memory_entries(agent, scope, ts, content) VALUES ('c', 'archival', '2026-11-30T10:00', 'x')",
+    )
+    engine.reconcile_all()
+    assert "ts must be" in next(iter(table.quarantined(engine.db)))["reason"]
+
+
+def test_editor_saves_reach_the_table(engine: SyncEngine, workspace: Workspace, tmp_path) -> None:
+    write(workspace, "coder", f"## 归档记忆\n- [{TS}] one\n")
+    engine.reconcile_all()
+    path = workspace.memory_path("coder")
+    # vim: write a new file, rename it over
+    swap = path.with_name("MEMORY.md.swp")
+    swap.write_text(path.read_text() + f"- [{TS}] from vim\n")
+    os.replace(swap, path)
+    engine.reconcile_agent("coder")
+    # sed -i
+    os.system(f"sed -i 's/one/uno/' '{path}'")
+    engine.reconcile_agent("coder")
+    # VS Code: truncate and write in place
+    with open(path, "r+", encoding="utf-8") as handle:
+        text = handle.read().replace("uno", "eins")
+        handle.seek(0)
+        handle.truncate()
+        handle.write(text)
+    engine.reconcile_agent("coder")
+    assert sorted(e[2] for e in row_items(workspace, "coder").elements()) == ["eins", "from vim"]
+    assert disagreements(workspace) == []
+
+
+def test_changed_on_both_sides_the_file_wins_and_history_keeps_the_loser(
+    engine: SyncEngine, workspace: Workspace
+) -> None:
+    write(workspace, "coder", f"## 归档记忆\n- [{TS}] original\n")
+    engine.reconcile_all()
+    write(workspace, "coder", f"## 归档记忆\n- [{TS}] edited in the editor\n")
+    sql(workspace, "UPDATE memory_entries SET content = 'edited in sql'")
+    report = engine.reconcile_agent("coder")
+    assert lines(workspace, "coder") == ["edited in the editor"]
+    assert report.lost and "edited in sql" in report.lost[0]
+    lost = [e for e in table.history(engine.db, "coder", 50) if e["op"] == "lost"]
+    assert lost[0]["content"] == "edited in sql" and "file wins" in lost[0]["detail"]
+    assert disagreements(workspace) == []
+
+
+def test_stale_editor_buffer_does_not_lose_lines_the_engine_appended(
+    engine: SyncEngine, workspace: Workspace
+) -> None:
+    write(workspace, "coder", f"## 归档记忆\n- [{TS}] old\n")
+    engine.reconcile_all()
+    stale_buffer = workspace.memory_path("coder").read_text()  # the editor opened the file
+    sql(
+        workspace,
+        "INSERT INTO memory_entries(agent, content) VALUES ('coder', 'saved while editing')",
+    )
+    engine.reconcile_agent("coder")  # the engine appends it to MEMORY.md
+    assert "saved while editing" in workspace.memory_path("coder").read_text()
+    # The human saves the buffer they opened before, with one edit of their own.
+    workspace.memory_path("coder").write_text(stale_buffer + f"- [{TS}] typed by the human\n")
+    report = engine.reconcile_agent("coder")
+    assert report.restored
+    assert sorted(lines(workspace, "coder")) == ["old", "saved while editing", "typed by the human"]
+    assert disagreements(workspace) == []
+    # Deleting it again, on purpose, is honoured.
+    text = workspace.memory_path("coder").read_text()
+    workspace.memory_path("coder").write_text(
+        "".join(
+            line for line in text.splitlines(keepends=True) if "saved while editing" not in line
+        )
+    )
+    engine.reconcile_agent("coder")
+    assert "saved while editing" not in workspace.memory_path("coder").read_text()
+    assert disagreements(workspace) == []
+
+
+def test_conflicted_file_is_not_ingested_and_rows_wait(
+    engine: SyncEngine, workspace: Workspace
+) -> None:
+    write(workspace, "coder", f"## 归档记忆\n- [{TS}] before\n")
+    engine.reconcile_all()
+    conflicted = f"## 归档记忆\n- [{TS}] before\n<<<<<<< HEAD\n- [{TS}] main\n=======\n- [{TS}] topic\n>>>>>>> topic\n"
+    write(workspace, "coder", conflicted)
+    sql(
+        workspace,
+        "INSERT INTO memory_entries(agent, content) VALUES ('coder', 'saved during the conflict')",
+    )
+    report = engine.reconcile_agent("coder")
+    assert report.status == "conflicted" and "lines 3, 7" in (report.detail or "")
+    assert workspace.memory_path("coder").read_text() == conflicted
+    state = table.read_state(engine.db, "coder")
+    assert state is not None and state.status == "conflicted"
+    waiting = [item[2] for item in row_items(workspace, "coder").elements()]
+    assert sorted(waiting) == ["before", "saved during the conflict"], "the row waits, kept"
+    write(workspace, "coder", f"## 归档记忆\n- [{TS}] before\n- [{TS}] main\n- [{TS}] topic\n")
+    engine.reconcile_agent("coder")
+    assert sorted(lines(workspace, "coder")) == [
+        "before",
+        "main",
+        "saved during the conflict",
+        "topic",
+    ]
+    assert disagreements(workspace) == []
+
+
+def test_nothing_is_written_while_git_is_busy(engine: SyncEngine, workspace: Workspace) -> None:
+    git(workspace.root, "init", "-q")
+    write(workspace, "coder", f"## 归档记忆\n- [{TS}] a\n")
+    engine.reconcile_all()
+    sql(workspace, "INSERT INTO memory_entries(agent, content) VALUES ('coder', 'wait for git')")
+    before = workspace.memory_path("coder").read_bytes()
+    for marker in ("index.lock", "MERGE_HEAD", "rebase-merge"):
+        target = workspace.root / ".git" / marker
+        target.mkdir() if marker.startswith("rebase") else target.write_text("")
+        report = engine.reconcile_agent("coder")
+        assert report.status == "deferred" and marker in (report.detail or "")
+        assert workspace.memory_path("coder").read_bytes() == before
+        shutil.rmtree(target) if target.is_dir() else target.unlink()
+    engine.reconcile_agent("coder")
+    assert "wait for git" in workspace.memory_path("coder").read_text()
+
+
+def test_deleted_database_is_rebuilt_from_the_files(
+    engine: SyncEngine, workspace: Workspace
+) -> None:
+    write(workspace, "a", f"## 核心记忆\n- [{TS}] x\n## 归档记忆\n- [{TS}] y\n- [{TS}] y\n")
+    write(workspace, "", f"## 归档记忆\n- [{TS}] global\n")
+    engine.reconcile_all()
+    engine.service.close()
+    for path in workspace.os_dir.glob("oryxos.db*"):
+        path.unlink()
+    fresh = SyncEngine(MemoryService(workspace, Config.load(workspace.config_path)))
+    fresh.reconcile_all()
+    assert row_items(workspace, "a") == file_items(workspace, "a")
+    assert row_items(workspace, "a")[("archival", TS, "y")] == 2
+    assert disagreements(workspace) == []
+
+
+def test_deleted_file_empties_the_table_and_restoring_it_refills(
+    engine: SyncEngine, workspace: Workspace
+) -> None:
+    text = f"## 归档记忆\n- [{TS}] a\n- [{TS}] b\n"
+    write(workspace, "coder", text)
+    engine.reconcile_all()
+    workspace.memory_path("coder").unlink()
+    engine.reconcile_agent("coder")
+    assert row_items(workspace, "coder") == {}
+    removed = [e["content"] for e in table.history(engine.db, "coder", 10) if e["op"] == "remove"]
+    assert sorted(removed) == ["a", "b"], "what the file lost is kept in history"
+    write(workspace, "coder", text)
+    engine.reconcile_agent("coder")
+    assert disagreements(workspace) == [] and len(row_items(workspace, "coder")) == 2
+
+
+def test_check_reports_drift_and_changes_nothing(workspace: Workspace) -> None:
+    from conftest import run_cli
+
+    write(workspace, "coder", f"## 归档记忆\n- [{TS}] a\n")
+    assert run_cli("sync").returncode == 0
+    sql(workspace, "INSERT INTO memory_entries(agent, content) VALUES ('coder', 'pending')")
+    before = workspace.memory_path("coder").read_bytes()
+    check = run_cli("sync", "--check")
+    assert check.returncode == 1 and "pending" in check.stdout
+    assert workspace.memory_path("coder").read_bytes() == before
+    assert run_cli("sync").returncode == 0
+    assert run_cli("sync", "--check").returncode == 0
+    history = run_cli("history", "--agent", "coder")
+    assert "add        db     - [" in history.stdout and "pending" in history.stdout
+
+
+def test_indexes_and_recall_see_synced_rows(engine: SyncEngine, workspace: Workspace) -> None:
+    write(workspace, "coder", f"## 归档记忆\n- [{TS}] Needle in a file\n")
+    engine.reconcile_all()
+    db = connect(workspace.db_path)
+    assert db.execute("SELECT count(*) FROM memory_entries WHERE indexed = 0").fetchone()[0] == 0
+    hits = db.execute("SELECT rowid FROM memory_fts WHERE memory_fts MATCH '\"needle\"'").fetchall()
+    assert len(hits) == 1
