@@ -1,5 +1,6 @@
 """python -m bench: every benchmark in bench/, one table each."""
 
-from bench import store_bench
+from bench import store_bench, sync_bench
 
-store_bench.main()
+store_bench.main([])
+sync_bench.main([])

@@ -189,6 +189,10 @@ def add_quarantine_and_change_cursor(db: Database) -> None:
     # The last memory_changes.seq reconcile has taken in, per agent.
     db.execute("ALTER TABLE sync_state ADD COLUMN change_seq INTEGER NOT NULL DEFAULT 0")
     db.execute("CREATE INDEX memory_changes_agent ON memory_changes(agent, seq)")
+    db.execute(
+        "CREATE INDEX memory_changes_old_agent ON memory_changes(old_agent, seq)"
+        " WHERE old_agent IS NOT NULL"
+    )
 
 
 def connect(path: Path) -> Database:

@@ -117,17 +117,19 @@ class SyncEngine:
     def due_agents(self) -> list[str]:
         """Agents whose file or rows changed since they last agreed (a cheap stat per file)."""
         due = set(table.agents_with_pending_changes(self.db))
+        agreed = {
+            agent: (size, mtime_ns, inode) if status == "ok" else None
+            for agent, size, mtime_ns, inode, status in self.db.execute(
+                "SELECT agent, size, mtime_ns, inode, status FROM sync_state"
+            )
+        }
         for agent in self.known_agents():
-            state = table.read_state(self.db, agent)
-            if state is None or state.status != "ok":
-                due.add(agent)
-                continue
             try:
                 info = os.stat(self.workspace.memory_path(agent))
-                now: tuple[int, int, int] | None = (info.st_size, info.st_mtime_ns, info.st_ino)
+                now: tuple[int | None, ...] = (info.st_size, info.st_mtime_ns, info.st_ino)
             except FileNotFoundError:
-                now = None
-            if now != (state.size, state.mtime_ns, state.inode):
+                now = (None, None, None)
+            if agreed.get(agent) != now:
                 due.add(agent)
         return sorted(name for name in due if self._safe(name))
 
@@ -141,8 +143,11 @@ class SyncEngine:
         agents: Iterable[str] | None = None,
         *,
         dry_run: bool = False,
+        only_due: bool = False,
         progress: Callable[[AgentReport], None] | None = None,
     ) -> list[AgentReport]:
+        """Reconcile every agent (or those named, or with only_due those whose file or
+        rows changed since they last agreed: a stat and a query each)."""
         reports = []
         if not dry_run:
             reports += self.quarantine_unsafe_agents()
@@ -150,11 +155,16 @@ class SyncEngine:
                 # A writer killed mid-rewrite leaves its temp file: never the truth.
                 for leftover in self.service.markdown_store(agent).clean_temp_files():
                     log.info("removed %s, left by an interrupted write", leftover)
-        for agent in self.known_agents() if agents is None else agents:
+        if agents is None:
+            agents = self.due_agents() if only_due else self.known_agents()
+        for agent in agents:
             report = self.reconcile_agent(agent, dry_run=dry_run)
             reports.append(report)
             if progress is not None:
                 progress(report)
+        if not dry_run:
+            with write_transaction(self.db):
+                table.prune_changes(self.db)
         return reports
 
     def quarantine_unsafe_agents(self) -> list[AgentReport]:
@@ -205,12 +215,11 @@ class SyncEngine:
                     report.quarantined = table.quarantine_invalid_rows(self.db, agent, limit)
                     state = table.read_state(self.db, agent)
                     sha = file_sha256(doc.text) if key else None
-                    pending = table.agents_with_pending_changes(self.db)
                     if (
                         state is not None
                         and state.status == "ok"
                         and state.sha256 == sha
-                        and agent not in pending
+                        and not table.has_pending_changes(self.db, agent, state.change_seq)
                         and not report.quarantined
                     ):
                         report.status = "unchanged"

@@ -175,6 +175,27 @@ def agents_with_pending_changes(db: Database) -> list[str]:
     return [row[0] for row in rows if row[0] is not None]
 
 
+def has_pending_changes(db: Database, agent: str, since_seq: int) -> bool:
+    """Did this agent's rows change after since_seq? One index probe."""
+    row = db.execute(
+        "SELECT 1 FROM memory_changes WHERE agent = ?1 AND seq > ?2"
+        " UNION ALL SELECT 1 FROM memory_changes WHERE old_agent = ?1 AND seq > ?2 LIMIT 1",
+        [agent, since_seq],
+    ).fetchone()
+    return row is not None
+
+
+def prune_changes(db: Database) -> int:
+    """Forget changes every agent they name has taken in; they are hints, not records."""
+    cursor = db.execute(
+        "DELETE FROM memory_changes WHERE seq <= coalesce("
+        " (SELECT change_seq FROM sync_state WHERE agent = memory_changes.agent), 0)"
+        " AND (old_agent IS NULL OR seq <= coalesce("
+        " (SELECT change_seq FROM sync_state WHERE agent = memory_changes.old_agent), 0))"
+    )
+    return cursor.rowcount
+
+
 def protected_entries(db: Database, agent: str, window_seconds: int) -> set[str]:
     """Entries added from the socket or the database lately, not yet restored once."""
     rows = db.execute(
@@ -184,6 +205,23 @@ def protected_entries(db: Database, agent: str, window_seconds: int) -> set[str]
         [agent, f"-{window_seconds} seconds", agent],
     )
     return {row[0] for row in rows if row[0]}
+
+
+HistoryRow = tuple[str, str, str, str | None, str | None, str | None, str | None, str | None]
+
+
+def history_row(
+    agent: str, op: str, source: str, entry: Entry, detail: str | None = None
+) -> HistoryRow:
+    return (agent, op, source, entry.scope, entry.entry_id, entry.ts, entry.content, detail)
+
+
+def record_history_rows(db: Database, rows: Sequence[HistoryRow]) -> None:
+    db.conn.executemany(
+        "INSERT INTO memory_history(agent, op, source, scope, entry_id, ts, content, detail)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        rows,
+    )
 
 
 def record_history(
@@ -233,8 +271,7 @@ def index_rows(db: Database, agent: str) -> int:
 
 def apply_plan_to_rows(db: Database, agent: str, plan: Plan, file_entries: Sequence[Entry]) -> None:
     """Make the rows match what the plan decided, and write every add and remove to history."""
-    removed_from_file = set(plan.file_removals)
-    by_id = {entry.entry_id: entry for entry in file_entries}
+    events: list[HistoryRow] = []
     losers = {row_id: (entry, why) for row_id, entry, why in plan.lost}
     doomed = set(plan.row_deletes)
     if doomed:
@@ -244,30 +281,38 @@ def apply_plan_to_rows(db: Database, agent: str, plan: Plan, file_entries: Seque
             list(doomed),
         ).fetchall():
             if row_id in losers:
-                record_history(db, agent, "lost", "db", *losers[row_id])
+                events.append(history_row(agent, "lost", "db", *losers[row_id]))
             else:
-                record_history(db, agent, "remove", "file", Entry(scope, ts, content, entry_id))
+                entry = Entry(scope, ts, content, entry_id)
+                events.append(history_row(agent, "remove", "file", entry))
         db.conn.executemany("DELETE FROM memory_entries WHERE id = ?", [[r] for r in doomed])
-    for entry_id in removed_from_file:
-        record_history(db, agent, "remove", "db", by_id[entry_id])
-    for entry in plan.file_additions:
-        op = "restore" if entry in plan.restored else "add"
-        record_history(db, agent, op, "db", entry)
+    by_id = {entry.entry_id: entry for entry in file_entries}
+    events += [history_row(agent, "remove", "db", by_id[i]) for i in plan.file_removals]
+    restored = set(plan.restored)
+    events += [
+        history_row(agent, "restore" if entry in restored else "add", "db", entry)
+        for entry in plan.file_additions
+    ]
     if plan.row_inserts:
         next_seq = _next_seqs(db, agent)
         for entry in plan.row_inserts:
             seq = next_seq[entry.scope]
             next_seq[entry.scope] += 1
-            db.execute(
-                "INSERT INTO memory_entries(agent, scope, ts, content, entry_id, seq, source)"
-                " VALUES (?, ?, ?, ?, ?, ?, 'file')",
+            row_id = db.execute(
+                "INSERT INTO memory_entries(agent, scope, ts, content, entry_id, seq, source,"
+                " indexed) VALUES (?, ?, ?, ?, ?, ?, 'file', 1)",
                 [agent, entry.scope, entry.ts, entry.content, entry.entry_id, seq],
+            ).lastrowid
+            db.execute(
+                "INSERT INTO memory_fts(rowid, folded) VALUES (?, ?)",
+                [row_id, entry.content.casefold()],
             )
-            record_history(db, agent, "add", "file", entry)
+            events.append(history_row(agent, "add", "file", entry))
     db.conn.executemany(
         "UPDATE memory_entries SET entry_id = ? WHERE id = ?",
         [[entry_id, row_id] for row_id, entry_id in plan.row_restamps],
     )
+    record_history_rows(db, events)
 
 
 def _next_seqs(db: Database, agent: str) -> dict[str, int]:

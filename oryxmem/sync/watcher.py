@@ -30,6 +30,7 @@ from watchdog.observers.polling import PollingObserver
 
 from oryxmem.config import Config
 from oryxmem.service import MemoryService
+from oryxmem.store.db import write_transaction
 from oryxmem.sync import table
 from oryxmem.sync.engine import AgentReport, SyncEngine
 from oryxmem.workspace import GLOBAL_AGENT, MEMORY_FILE, Workspace
@@ -170,7 +171,8 @@ class SyncWatcher:
     # --- the worker ---------------------------------------------------------------
 
     def _run(self) -> None:
-        self._pass(self.engine.reconcile_all)  # catch up with what changed while down
+        # Catch up with what changed while we were down: only what is due.
+        self._pass(lambda: self.engine.reconcile_all(only_due=True))
         self.ready.set()
         data_version = self._data_version()
         next_rescan = self._next_rescan()
@@ -194,6 +196,7 @@ class SyncWatcher:
             if now >= next_rescan:
                 next_rescan = self._next_rescan()
                 due += self._pass(self.engine.due_agents)
+                self._pass(self._prune)
             for agent in sorted(set(due)):
                 self._reconcile(agent)
 
@@ -215,6 +218,10 @@ class SyncWatcher:
             return []
         self.last_error = None
         return result
+
+    def _prune(self) -> list[int]:
+        with write_transaction(self.engine.db):
+            return [table.prune_changes(self.engine.db)]
 
     def _data_version(self) -> int:
         value = self.engine.db.execute("PRAGMA data_version").fetchone()[0]
