@@ -21,7 +21,7 @@ from oryxmem import config as config_module
 from oryxmem.errors import OryxError
 from oryxmem.payloads import agents_data, memory_data, recall_data, save_data
 from oryxmem.service import MemoryService
-from oryxmem.store.format import ARCHIVAL, SCOPES, Entry
+from oryxmem.store.format import ARCHIVAL, SCOPES, Entry, escape_content
 from oryxmem.workspace import init_workspace, open_workspace
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -51,6 +51,15 @@ def display_width(text: str) -> int:
 
 def pad(text: str, width: int) -> str:
     return text + " " * max(width - display_width(text), 0)
+
+
+def terminal_safe(text: str) -> str:
+    """Text as one line with no control characters: escaped like MEMORY.md, then \\xNN."""
+    escaped = escape_content(text)
+    return "".join(
+        f"\\x{ord(ch):02x}" if unicodedata.category(ch) == "Cc" and ch != "\t" else ch
+        for ch in escaped
+    )
 
 
 def emit_json(data: Any) -> None:
@@ -279,9 +288,10 @@ def history(ctx: Context, agent: str | None, limit: int, as_json: bool) -> None:
         emit_json(events)
         return
     for event in events:
-        who = event["agent"] or "(global)"
-        what = f"- [{event['ts']}] {event['content']}" if event["ts"] else event["content"]
-        detail = f"  ({event['detail']})" if event["detail"] else ""
+        who = terminal_safe(event["agent"] or "(global)")
+        content = terminal_safe(str(event["content"] or ""))
+        what = f"- [{event['ts']}] {content}" if event["ts"] else content
+        detail = f"  ({terminal_safe(event['detail'])})" if event["detail"] else ""
         click.echo(f"{event['at']}  {who}  {event['op']:<10} {event['source']:<6} {what}{detail}")
 
 

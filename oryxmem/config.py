@@ -29,6 +29,10 @@ def _positive(value: Any) -> str | None:
     return None if value > 0 else "must be greater than 0"
 
 
+def _not_negative(value: Any) -> str | None:
+    return None if value >= 0 else "must be 0 or more"
+
+
 def _one_of(*choices: str) -> Callable[[Any], str | None]:
     def check(value: Any) -> str | None:
         return None if value in choices else f"must be one of {', '.join(choices)}"
@@ -80,6 +84,14 @@ SETTINGS: tuple[Setting, ...] = (
         _one_of("local", "UTC"),
     ),
     Setting("daemon.socket", "", str, "socket path; empty = $XDG_RUNTIME_DIR/oryxmem/<id>.sock"),
+    Setting(
+        "sync.stale_buffer_seconds",
+        600,
+        int,
+        "an entry from an agent or the database dropped by a stale editor buffer this soon"
+        " after it was added is put back once (0: never)",
+        _not_negative,
+    ),
 )
 _BY_KEY = {setting.key: setting for setting in SETTINGS}
 
@@ -195,6 +207,10 @@ class Config:
     @property
     def timezone(self) -> str:
         return str(self.get("memory.timezone"))
+
+    @property
+    def stale_buffer_seconds(self) -> int:
+        return int(self.get("sync.stale_buffer_seconds"))
 
 
 def set_value(path: Path, key: str, text: str) -> Any:

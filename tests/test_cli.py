@@ -107,3 +107,23 @@ def test_init_is_idempotent_and_keeps_user_files(isolated_paths: Path) -> None:
     gitignore = (isolated_paths / ".oryxos" / ".gitignore").read_text()
     assert {"oryxos.db*", "run/", "*.tmp"} <= set(gitignore.split())
     assert "merge=union" in (isolated_paths / ".oryxos" / ".gitattributes").read_text()
+
+
+def test_history_printed_multiline_content_and_escape_codes_raw(workspace: Workspace) -> None:
+    """Regression: history once printed entry content as-is, breaking lines and
+    letting a quarantined row's ESC sequence reach the terminal."""
+    from synchelp import sql
+
+    run_cli("save", "-a", "coder", "-", stdin="line one\nline two")
+    run_cli("sync")
+    sql(
+        workspace,
+        "INSERT INTO memory_entries(agent, content) VALUES ('coder', char(27) || '[31mred')",
+    )
+    run_cli("sync")
+    out = run_cli("history", "--agent", "coder").stdout
+    assert "\x1b" not in out
+    lines = out.splitlines()
+    assert len(lines) == 2
+    assert lines[0].endswith("line one\\nline two")
+    assert "\\x1b[31mred" in lines[1] and "quarantine" in lines[1]

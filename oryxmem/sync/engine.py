@@ -30,7 +30,6 @@ from oryxmem.workspace import GLOBAL_AGENT, check_agent_name
 
 log = logging.getLogger("oryxmem.sync")
 
-STALE_BUFFER_SECONDS = 600
 _MAX_ATTEMPTS = 5
 
 
@@ -89,12 +88,10 @@ def file_sha256(text: str) -> str:
 
 
 class SyncEngine:
-    def __init__(
-        self, service: MemoryService, *, stale_buffer_seconds: int = STALE_BUFFER_SECONDS
-    ) -> None:
+    def __init__(self, service: MemoryService) -> None:
         self.service = service
         self.workspace = service.workspace
-        self.stale_buffer_seconds = stale_buffer_seconds
+        self.stale_buffer_seconds = service.config.stale_buffer_seconds
 
     @property
     def db(self) -> Database:
@@ -230,7 +227,7 @@ class SyncEngine:
                         return report
                     protected = (
                         table.protected_entries(self.db, agent, self.stale_buffer_seconds)
-                        if state
+                        if state and self.stale_buffer_seconds
                         else set()
                     )
                     file_entries = doc.all_entries()

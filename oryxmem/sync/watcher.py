@@ -33,7 +33,7 @@ from oryxmem.service import MemoryService
 from oryxmem.store.db import write_transaction
 from oryxmem.sync import table
 from oryxmem.sync.engine import AgentReport, SyncEngine
-from oryxmem.workspace import GLOBAL_AGENT, MEMORY_FILE, Workspace
+from oryxmem.workspace import GLOBAL_AGENT, Workspace
 
 log = logging.getLogger("oryxmem.sync")
 T = TypeVar("T")
@@ -53,9 +53,9 @@ def agent_for_path(workspace: Workspace, path: str) -> str | None:
     except ValueError:
         parts = ()
     if parts:
-        if len(parts) == 1 or parts[1] == MEMORY_FILE or parts[1].endswith(".tmp"):
-            return parts[0]
-        return parts[0] if len(parts) == 2 else None
+        # agents/<name> itself, or a file directly in it (MEMORY.md, its temp files);
+        # deeper paths (skills/...) are not memory.
+        return parts[0] if len(parts) <= 2 else None
     if target == workspace.global_memory_dir or target.parent == workspace.global_memory_dir:
         return GLOBAL_AGENT
     return None

@@ -1,0 +1,82 @@
+"""SyncWatcher in-process: no echo loops, the polling fallback, path-to-agent mapping."""
+
+from __future__ import annotations
+
+import errno
+import time
+from collections.abc import Iterator
+
+import pytest
+from synchelp import disagreements, sql, wait_until
+
+from oryxmem.sync import watcher as watcher_module
+from oryxmem.sync.watcher import SyncWatcher, agent_for_path
+from oryxmem.workspace import Workspace
+
+TS = "2026-07-22 09:30:00"
+
+
+@pytest.fixture
+def running(workspace: Workspace) -> Iterator[SyncWatcher]:
+    watcher = SyncWatcher(workspace)
+    watcher.start()
+    assert watcher.ready.wait(30)
+    yield watcher
+    watcher.stop()
+
+
+def test_own_writes_do_not_echo_into_a_loop(workspace: Workspace, running: SyncWatcher) -> None:
+    sql(workspace, "INSERT INTO memory_entries(agent, content) VALUES ('coder', 'one row')")
+    wait_until(lambda: disagreements(workspace) == [] and workspace.memory_path("coder").exists())
+    time.sleep(0.5)  # the echo of our own write, if any, arrives and is found unchanged
+    settled_count = running.reconciles
+    time.sleep(1.5)
+    assert running.reconciles == settled_count, "the watcher keeps reconciling its own writes"
+    assert running.last_error is None
+
+
+def test_falls_back_to_polling_when_inotify_limits_are_hit(
+    workspace: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    class NoWatchesLeft(watcher_module.PollingObserver):
+        def start(self) -> None:
+            raise OSError(errno.ENOSPC, "inotify watch limit reached")
+
+    monkeypatch.setattr(watcher_module, "Observer", NoWatchesLeft)
+    watcher = SyncWatcher(workspace)
+    watcher.start()
+    try:
+        assert watcher.ready.wait(30)
+        assert watcher.polling and watcher.alive
+        path = workspace.memory_path("coder")
+        path.parent.mkdir(parents=True)
+        path.write_text(f"## 归档记忆\n- [{TS}] seen by polling\n")
+        wait_until(lambda: disagreements(workspace) == [] and watcher.reconciles > 0, timeout=30)
+    finally:
+        watcher.stop()
+
+
+def test_periodic_rescan_catches_what_events_missed(workspace: Workspace) -> None:
+    watcher = SyncWatcher(workspace, rescan_seconds=0.3)
+    watcher.start()
+    try:
+        assert watcher.ready.wait(30)
+        assert watcher.observer is not None
+        watcher.observer.stop()  # as if inotify dropped every event from now on
+        watcher.observer.join()
+        path = workspace.memory_path("coder")
+        path.parent.mkdir(parents=True)
+        path.write_text(f"## 归档记忆\n- [{TS}] no event for this\n")
+        wait_until(lambda: disagreements(workspace) == [], timeout=10)
+    finally:
+        watcher.stop()
+
+
+def test_agent_for_path(workspace: Workspace) -> None:
+    agents = workspace.agents_dir
+    assert agent_for_path(workspace, str(agents / "coder" / "MEMORY.md")) == "coder"
+    assert agent_for_path(workspace, str(agents / "coder")) == "coder"
+    assert agent_for_path(workspace, str(agents / "coder" / ".MEMORY.md.ab12.tmp")) == "coder"
+    assert agent_for_path(workspace, str(agents / "coder" / "skills" / "x.md")) is None
+    assert agent_for_path(workspace, str(workspace.global_memory_dir / "MEMORY.md")) == ""
+    assert agent_for_path(workspace, str(workspace.os_dir / "config.toml")) is None
