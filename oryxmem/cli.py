@@ -117,9 +117,11 @@ def save(ctx: Context, agent: str | None, scope: str, content: str, as_json: boo
     """Save CONTENT as a new entry ('-' reads it from stdin)."""
     if content == "-":
         content = sys.stdin.read()
-    result = ctx.service.save(agent, content, scope)
+    result = ctx.service.save(agent, content, scope, source="cli")
     if as_json:
         emit_json(save_data(result))
+    elif result.deferred:
+        click.echo(f"kept for {result.agent.describe()} ({scope}): {result.entry.render()}")
     else:
         click.echo(f"saved to {result.agent.describe()} ({scope}): {result.entry.render()}")
 

@@ -24,7 +24,11 @@ def entry_data(entry: Entry) -> dict[str, Any]:
 
 
 def save_data(result: SaveResult) -> dict[str, Any]:
-    return {**agent_data(result.agent), "entry": entry_data(result.entry)}
+    return {
+        **agent_data(result.agent),
+        "entry": entry_data(result.entry),
+        "deferred": result.deferred,
+    }
 
 
 def recall_data(result: RecallResult) -> dict[str, Any]:

@@ -13,7 +13,12 @@ from typing import TYPE_CHECKING, Any
 
 from oryxmem.clock import clock_for
 from oryxmem.config import Config
-from oryxmem.errors import BackendUnavailableError, EmptyContentError, OryxError
+from oryxmem.errors import (
+    BackendUnavailableError,
+    EmptyContentError,
+    MemoryFileConflictedError,
+    OryxError,
+)
 from oryxmem.fileio import FileLock
 from oryxmem.store.base import LongTermMemoryStore, StoreLimits
 from oryxmem.store.format import (
@@ -42,6 +47,9 @@ log = logging.getLogger("oryxmem")
 class SaveResult:
     agent: AgentRef
     entry: Entry
+    # Set when MEMORY.md could not take the entry yet (git conflict markers): it is
+    # durable in SQLite and sync writes it to the file once the conflict is resolved.
+    deferred: str | None = None
 
 
 @dataclass(frozen=True)
@@ -156,10 +164,42 @@ class MemoryService:
             " set it to 'markdown' or 'sqlite'"
         )
 
-    def save(self, agent: str | None, content: str, scope: str = ARCHIVAL) -> SaveResult:
+    def save(
+        self, agent: str | None, content: str, scope: str = ARCHIVAL, *, source: str = "api"
+    ) -> SaveResult:
         ref = self.resolve(agent)
-        entry = self.store(ref).append(content, scope)
+        store = self.store(ref)
+        try:
+            entry = store.append(content, scope)
+        except MemoryFileConflictedError as error:
+            if not isinstance(store, MarkdownMemoryStore):
+                raise
+            return self._save_while_conflicted(ref, store, content, scope, source, error)
         return SaveResult(ref, entry)
+
+    def _save_while_conflicted(
+        self,
+        ref: AgentRef,
+        store: MarkdownMemoryStore,
+        content: str,
+        scope: str,
+        source: str,
+        error: MemoryFileConflictedError,
+    ) -> SaveResult:
+        """Keep a save that MEMORY.md cannot take (a git conflict) in SQLite until it can."""
+        from oryxmem.store.db import write_transaction
+        from oryxmem.sync.table import insert_waiting_row
+
+        entry = store.prepare(content, scope)
+        with write_transaction(self.db):
+            insert_waiting_row(self.db, ref.agent, entry, source)
+        lines = ", ".join(map(str, error.data.get("conflict_lines", [])))
+        reason = (
+            f"MEMORY.md has git conflict markers (lines {lines}); the entry is kept in the"
+            " database and written to the file once they are resolved"
+        )
+        log.warning("%s: %s", ref.describe(), reason)
+        return SaveResult(ref, entry, deferred=reason)
 
     def recall(self, agent: str | None, keyword: str) -> RecallResult:
         ref = self.resolve(agent)

@@ -62,15 +62,21 @@ def test_errors_are_one_line_and_non_zero(
     )
 
 
-def test_conflicted_file_is_a_clear_error(workspace: Workspace) -> None:
+def test_save_to_a_conflicted_file_waits_in_the_database(workspace: Workspace) -> None:
     path = workspace.memory_path("coder")
     path.parent.mkdir(parents=True)
     path.write_text("## 归档记忆\n<<<<<<< HEAD\n- a\n=======\n- b\n>>>>>>> topic\n")
     before = path.read_bytes()
-    done = run_cli("save", "-a", "coder", "x")
-    assert done.returncode == 1
-    assert done.stderr.strip().endswith("has git conflict markers (lines 2, 6); resolve them first")
-    assert path.read_bytes() == before
+    done = run_cli("save", "-a", "coder", "saved mid-conflict", "--json")
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert "conflict markers (lines 2, 6)" in data["deferred"]
+    assert "conflict markers" in done.stderr
+    assert path.read_bytes() == before, "a conflicted file is never written"
+    assert run_cli("sync").returncode == 1  # still conflicted: reported, not ingested
+    path.write_text("## 归档记忆\n- a\n- b\n")
+    assert run_cli("sync").returncode == 0
+    assert path.read_text().endswith("] saved mid-conflict\n")
 
 
 def test_no_workspace_is_a_clear_error(tmp_path: Path) -> None:

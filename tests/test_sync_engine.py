@@ -285,3 +285,23 @@ def test_indexes_and_recall_see_synced_rows(engine: SyncEngine, workspace: Works
     assert db.execute("SELECT count(*) FROM memory_entries WHERE indexed = 0").fetchone()[0] == 0
     hits = db.execute("SELECT rowid FROM memory_fts WHERE memory_fts MATCH '\"needle\"'").fetchall()
     assert len(hits) == 1
+
+
+@pytest.mark.skipif(shutil.which("script") is None, reason="needs util-linux script for a tty")
+def test_sync_shows_a_progress_bar_on_a_terminal_when_long(workspace: Workspace) -> None:
+    import subprocess
+    import sys
+
+    for n in range(30):
+        write(workspace, f"agent{n}", f"## 归档记忆\n- [{TS}] {n}\n")
+    command = f"{sys.executable} -m oryxmem sync"
+    done = subprocess.run(
+        ["script", "-qec", command, "/dev/null"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "ORYXMEM_ROOT": str(workspace.root)},
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout
+    assert "syncing" in done.stdout and "100%" in done.stdout
+    assert disagreements(workspace) == []

@@ -13,6 +13,7 @@ from oryxmem.store.format import (
     Entry,
     NewEntry,
     check_scope,
+    entry_key,
     normalize_content,
 )
 
@@ -41,13 +42,19 @@ class LongTermMemoryStore(ABC):
 
     def append(self, content: str, scope: str = ARCHIVAL, *, ts: str | None = None) -> Entry:
         """Add a timestamped entry at the end of its section; durable on return."""
+        addition = self.prepare(content, scope, ts=ts)
+        return self._append(NewEntry(addition.scope, addition.ts, addition.content))
+
+    def prepare(self, content: str, scope: str = ARCHIVAL, *, ts: str | None = None) -> Entry:
+        """The entry a save would write, checked (scope, content, length) and stamped."""
         check_scope(scope)
         text = normalize_content(content)
         if len(text) > self.limits.max_content_chars:
             raise ContentTooLongError(
                 f"content is {len(text)} characters; the limit is {self.limits.max_content_chars}"
             )
-        return self._append(NewEntry(scope, ts or self.clock(), text))
+        stamp = ts or self.clock()
+        return Entry(scope, stamp, text, entry_key(scope, stamp, text))
 
     def recall(self, keyword: str) -> list[str]:
         """Archival entries containing keyword (casefolded), oldest first, as lines."""

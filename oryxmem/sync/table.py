@@ -36,6 +36,15 @@ class SyncState:
     change_seq: int
 
 
+def insert_waiting_row(db: Database, agent: str, entry: Entry, source: str) -> None:
+    """A save the file cannot take yet: a row sync will treat as added in the database."""
+    db.execute(
+        "INSERT INTO memory_entries(agent, scope, ts, content, source) VALUES (?, ?, ?, ?, ?)",
+        [agent, entry.scope, entry.ts, entry.content, source],
+    )
+    record_history(db, agent, "add", source, entry, "waiting: MEMORY.md has conflict markers")
+
+
 def row_problem(
     agent: str, scope: Any, ts: Any, content: Any, max_content_chars: int
 ) -> str | None:
