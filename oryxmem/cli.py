@@ -18,10 +18,13 @@ import click
 
 from oryxmem import __version__
 from oryxmem import config as config_module
-from oryxmem.errors import OryxError
-from oryxmem.payloads import agents_data, memory_data, recall_data, save_data
+from oryxmem.client import Client
+from oryxmem.config import Config
+from oryxmem.daemon.sockets import socket_path
+from oryxmem.errors import DaemonUnavailableError, OryxError
+from oryxmem.payloads import agents_data, context_data, memory_data, recall_data, save_data
 from oryxmem.service import MemoryService
-from oryxmem.store.format import ARCHIVAL, SCOPES, Entry, escape_content
+from oryxmem.store.format import ARCHIVAL, SCOPES, escape_content
 from oryxmem.workspace import init_workspace, open_workspace
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -33,6 +36,8 @@ class Context:
     def __init__(self, root: str | None) -> None:
         self.root = root
         self._service: MemoryService | None = None
+        self._client: Client | None = None
+        self._daemon_checked = False
 
     @property
     def service(self) -> MemoryService:
@@ -40,8 +45,45 @@ class Context:
             self._service = MemoryService.open(self.root)
         return self._service
 
+    def client(self) -> Client | None:
+        """A client of this workspace's daemon when one runs, else None."""
+        if not self._daemon_checked:
+            self._daemon_checked = True
+            if os.environ.get("ORYXMEM_NO_DAEMON"):
+                return None
+            workspace = open_workspace(self.root)
+            path = socket_path(workspace, Config.load(workspace.config_path))
+            if path.exists():
+                self._client = Client(path)
+        return self._client
+
+    def call(self, remote: Callable[[Client], Any], local: Callable[[MemoryService], Any]) -> Any:
+        """Ask the daemon when it runs; use the stores directly (same locks) when not."""
+        client = self.client()
+        if client is not None:
+            try:
+                return remote(client)
+            except DaemonUnavailableError:
+                self._client = None  # a stale socket: the daemon is gone
+        return local(self.service)
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+        if self._service is not None:
+            self._service.close()
+
 
 pass_context = click.make_pass_decorator(Context)
+
+
+def describe(agent: str) -> str:
+    return f"agent {agent!r}" if agent else "the global memory file"
+
+
+def warn_fallback(data: dict[str, Any]) -> None:
+    if data.get("fallback"):
+        click.echo(f"oryxmem: warning: {data['fallback']}; using the global memory file", err=True)
 
 
 def display_width(text: str) -> int:
@@ -88,7 +130,7 @@ def agent_option(func: F) -> F:
 def cli(ctx: click.Context, root: str | None) -> None:
     """oryxmem: long-term memory for AI agents, kept in MEMORY.md files."""
     ctx.obj = Context(root)
-    ctx.call_on_close(lambda: ctx.obj._service.close() if ctx.obj._service else None)
+    ctx.call_on_close(ctx.obj.close)
 
 
 @cli.command()
@@ -117,13 +159,17 @@ def save(ctx: Context, agent: str | None, scope: str, content: str, as_json: boo
     """Save CONTENT as a new entry ('-' reads it from stdin)."""
     if content == "-":
         content = sys.stdin.read()
-    result = ctx.service.save(agent, content, scope, source="cli")
+    data = ctx.call(
+        lambda client: client.save(agent, content, scope),
+        lambda service: save_data(service.save(agent, content, scope, source="cli")),
+    )
+    warn_fallback(data)
     if as_json:
-        emit_json(save_data(result))
-    elif result.deferred:
-        click.echo(f"kept for {result.agent.describe()} ({scope}): {result.entry.render()}")
-    else:
-        click.echo(f"saved to {result.agent.describe()} ({scope}): {result.entry.render()}")
+        emit_json(data)
+        return
+    where = describe(data["agent"])
+    verb = "kept for" if data.get("deferred") else "saved to"
+    click.echo(f"{verb} {where} ({scope}): {data['entry']['line']}")
 
 
 @cli.command()
@@ -133,24 +179,28 @@ def save(ctx: Context, agent: str | None, scope: str, content: str, as_json: boo
 @pass_context
 def recall(ctx: Context, agent: str | None, keyword: str, as_json: bool) -> None:
     """Print archival entries containing KEYWORD (any case), oldest first."""
-    result = ctx.service.recall(agent, keyword)
+    data = ctx.call(
+        lambda client: client.recall(agent, keyword),
+        lambda service: recall_data(service.recall(agent, keyword)),
+    )
+    warn_fallback(data)
     if as_json:
-        emit_json(recall_data(result))
+        emit_json(data)
         return
-    for line in result.lines:
+    for line in data["lines"]:
         click.echo(line)
 
 
-def _table(title: str, entries: list[Entry]) -> list[str]:
+def _table(title: str, entries: list[dict[str, Any]]) -> list[str]:
     rows = [f"{title} ({len(entries)})"]
     if not entries:
         return [*rows, "  (none)"]
     width = len(str(len(entries)))
     rows.append(f"  {'#':>{width}}  {'TIME':<19}  CONTENT")
     for number, entry in enumerate(entries, 1):
-        line = entry.render()
-        content = line.split("] ", 1)[1] if entry.ts else line[2:]
-        rows.append(f"  {number:>{width}}  {entry.ts or '-':<19}  {content}")
+        line = entry["line"]
+        content = line.split("] ", 1)[1] if entry["ts"] else line[2:]
+        rows.append(f"  {number:>{width}}  {entry['ts'] or '-':<19}  {content}")
     return rows
 
 
@@ -160,13 +210,16 @@ def _table(title: str, entries: list[Entry]) -> list[str]:
 @pass_context
 def show(ctx: Context, agent: str | None, as_json: bool) -> None:
     """Show every entry, as two tables: 核心记忆 (core) and 归档记忆 (archival)."""
-    view = ctx.service.get(agent)
+    data = ctx.call(
+        lambda client: client.memory(agent), lambda service: memory_data(service.get(agent))
+    )
+    warn_fallback(data)
     if as_json:
-        emit_json(memory_data(view))
+        emit_json(data)
         return
-    click.echo(f"memory of {view.agent.describe()}")
-    click.echo("\n".join(_table("核心记忆 core", view.core)))
-    click.echo("\n".join(_table("归档记忆 archival", view.archival)))
+    click.echo(f"memory of {describe(data['agent'])}")
+    click.echo("\n".join(_table("核心记忆 core", data["core"])))
+    click.echo("\n".join(_table("归档记忆 archival", data["archival"])))
 
 
 @cli.command()
@@ -175,11 +228,14 @@ def show(ctx: Context, agent: str | None, as_json: bool) -> None:
 @pass_context
 def context(ctx: Context, agent: str | None, as_json: bool) -> None:
     """Print the memory block injected into the agent's prompt."""
-    text = ctx.service.build_context(agent)
+    data = ctx.call(
+        lambda client: client.context(agent),
+        lambda service: context_data(service, agent),
+    )
     if as_json:
-        emit_json({"agent": ctx.service.resolve(agent).agent, "context": text})
+        emit_json(data)
     else:
-        click.echo(text, nl=False)
+        click.echo(data["context"], nl=False)
 
 
 @cli.command()
@@ -187,7 +243,7 @@ def context(ctx: Context, agent: str | None, as_json: bool) -> None:
 @pass_context
 def agents(ctx: Context, as_json: bool) -> None:
     """List the agents (and the global file) with their entry counts."""
-    data = agents_data(ctx.service.agents())
+    data = ctx.call(lambda client: client.agents(), lambda service: agents_data(service.agents()))
     if as_json:
         emit_json(data)
         return
@@ -198,6 +254,63 @@ def agents(ctx: Context, as_json: bool) -> None:
             click.echo(f"{name} {'?':>6} {'?':>9}  {row['problem']}")
         else:
             click.echo(f"{name} {row['core']:>6} {row['archival']:>9}")
+
+
+@cli.command()
+@pass_context
+def daemon(ctx: Context) -> None:
+    """Run the daemon in the foreground: sync, and the memory API on the socket."""
+    from oryxmem.daemon.server import Daemon
+
+    logging.getLogger("oryxmem").setLevel(logging.INFO)
+    for handler in logging.getLogger("oryxmem").handlers:
+        handler.setFormatter(logging.Formatter("oryxmem: %(message)s"))
+    workspace = open_workspace(ctx.root)
+    raise SystemExit(Daemon(workspace, Config.load(workspace.config_path)).run())
+
+
+@cli.command()
+@json_option
+@pass_context
+def status(ctx: Context, as_json: bool) -> None:
+    """Is the daemon running? Its socket, the agents' sync state, the last errors."""
+    from oryxmem.sync.table import sync_summary
+
+    workspace = open_workspace(ctx.root)
+    path = socket_path(workspace, Config.load(workspace.config_path))
+    client = ctx.client()
+    health = None
+    if client is not None:
+        try:
+            health = client.health()
+        except DaemonUnavailableError:
+            health = None
+    data = health or {
+        "status": "stopped",
+        "workspace": str(workspace.root),
+        "socket": str(path),
+        "sync": sync_summary(ctx.service.db),
+    }
+    if as_json:
+        emit_json(data)
+        return
+    click.echo(f"workspace  {data['workspace']}")
+    if health:
+        click.echo(
+            f"daemon     running, pid {health['pid']}, up {health['uptime_seconds']} s,"
+            f" watching by {health['watching']}"
+        )
+    else:
+        click.echo("daemon     not running (oryxmem daemon starts it)")
+    click.echo(f"socket     {data['socket']}")
+    summary = data["sync"]
+    counts = ", ".join(f"{n} {s}" for s, n in sorted(summary["agents"].items())) or "none yet"
+    click.echo(f"agents     {counts}")
+    for problem in summary["problems"]:
+        click.echo(f"  {problem['agent'] or '(global)'}: {problem['status']}: {problem['detail']}")
+    click.echo(f"quarantine {summary['quarantined_rows']} row(s) (oryxmem history shows why)")
+    if health and health.get("last_sync_error"):
+        click.echo(f"last error {health['last_sync_error']}")
 
 
 @cli.command()

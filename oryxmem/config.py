@@ -85,6 +85,13 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("daemon.socket", "", str, "socket path; empty = $XDG_RUNTIME_DIR/oryxmem/<id>.sock"),
     Setting(
+        "daemon.client_timeout_seconds",
+        10,
+        int,
+        "a connection that sends no complete request for this long is closed",
+        _positive,
+    ),
+    Setting(
         "sync.stale_buffer_seconds",
         600,
         int,

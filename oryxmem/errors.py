@@ -35,6 +35,7 @@ ERROR_KINDS: tuple[ErrorKind, ...] = (
     ErrorKind(1013, "session_not_found", 404, "no session with this id"),
     ErrorKind(1014, "invalid_role", 400, "role must be user, assistant, system or tool"),
     ErrorKind(1015, "forbidden", 403, "the peer is not allowed to use this socket"),
+    ErrorKind(1016, "request_timeout", 408, "the request did not arrive in time"),
     ErrorKind(2001, "memory_file_conflicted", 409, "MEMORY.md holds git conflict markers"),
     ErrorKind(2002, "memory_file_unreadable", 409, "MEMORY.md cannot be read as UTF-8 text"),
     ErrorKind(2003, "storage_error", 507, "the disk refused a write"),
@@ -42,6 +43,7 @@ ERROR_KINDS: tuple[ErrorKind, ...] = (
     ErrorKind(2005, "backend_unavailable", 501, "the configured memory backend is not available"),
     ErrorKind(2006, "daemon_unavailable", 503, "the daemon is not reachable"),
     ErrorKind(2007, "internal_error", 500, "an unexpected error; see the daemon log"),
+    ErrorKind(2008, "daemon_already_running", 409, "a daemon already serves this workspace"),
 )
 
 _BY_NAME = {kind.name: kind for kind in ERROR_KINDS}
@@ -160,6 +162,12 @@ class ForbiddenError(OryxError):
     kind_name = "forbidden"
 
 
+class RequestTimeoutError(OryxError):
+    """The request did not arrive in time."""
+
+    kind_name = "request_timeout"
+
+
 class MemoryFileConflictedError(OryxError):
     """MEMORY.md holds git conflict markers."""
 
@@ -200,3 +208,17 @@ class InternalError(OryxError):
     """An unexpected error; see the daemon log."""
 
     kind_name = "internal_error"
+
+
+class DaemonAlreadyRunningError(OryxError):
+    """A daemon already serves this workspace."""
+
+    kind_name = "daemon_already_running"
+
+
+def error_for_code(code: int, message: str, data: object = None) -> OryxError:
+    """The error a reply's code stands for, as the class the library raises."""
+    for cls in OryxError.__subclasses__():
+        if cls.kind_name in _BY_NAME and _BY_NAME[cls.kind_name].code == code:
+            return cls(message, data=data if isinstance(data, dict) else None)
+    return InternalError(f"{message} (code {code})")

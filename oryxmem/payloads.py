@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from oryxmem.service import AgentSummary, MemoryView, RecallResult, SaveResult
+from oryxmem.service import AgentSummary, MemoryService, MemoryView, RecallResult, SaveResult
 from oryxmem.store.format import Entry
 from oryxmem.workspace import AgentRef
 
@@ -49,3 +49,8 @@ def agents_data(summaries: list[AgentSummary]) -> list[dict[str, Any]]:
         {"agent": s.name, "core": s.core, "archival": s.archival, "problem": s.problem}
         for s in summaries
     ]
+
+
+def context_data(service: MemoryService, agent: str | None) -> dict[str, Any]:
+    ref = service.resolve(agent)
+    return {**agent_data(ref), "context": service.build_context(ref.agent)}

@@ -75,6 +75,12 @@ class AgentSummary:
     problem: str | None
 
 
+def close_stores(stores: dict[str, MarkdownMemoryStore]) -> None:
+    for store in stores.values():
+        store.lock.close()
+    stores.clear()
+
+
 def fold_whitespace(text: str) -> str:
     return " ".join(text.split())
 
@@ -93,13 +99,24 @@ def footprint_line(user_message: str, reply: str, max_chars: int) -> str:
 
 
 class MemoryService:
-    def __init__(self, workspace: Workspace, config: Config, *, db: Database | None = None) -> None:
+    def __init__(
+        self,
+        workspace: Workspace,
+        config: Config,
+        *,
+        db: Database | None = None,
+        markdown_stores: dict[str, MarkdownMemoryStore] | None = None,
+    ) -> None:
+        """``markdown_stores`` lets services in one process (the daemon's threads) share
+        each file's store, so a write by one leaves the others' parsed copy current."""
         self.workspace = workspace
         self.config = config
         self.clock = clock_for(config.timezone)
         self.limits = StoreLimits(config.archival_limit_chars, config.max_content_chars)
         self._db = db
         self._stores: dict[str, LongTermMemoryStore] = {}
+        self._owns_stores = markdown_stores is None  # shared stores are closed by their owner
+        self._markdown_stores = markdown_stores if markdown_stores is not None else {}
 
     @classmethod
     def open(cls, root: str | None = None) -> MemoryService:
@@ -116,9 +133,8 @@ class MemoryService:
         return self._db
 
     def close(self) -> None:
-        for store in self._stores.values():
-            if isinstance(store, MarkdownMemoryStore):
-                store.lock.close()
+        if self._owns_stores:
+            close_stores(self._markdown_stores)
         self._stores.clear()
         if self._db is not None:
             self._db.close()
@@ -128,8 +144,8 @@ class MemoryService:
 
     def resolve(self, agent: str | None) -> AgentRef:
         ref = resolve_agent(self.workspace, agent)
-        if ref.fell_back:
-            log.warning("%s; using the global memory file", ref.fallback_reason)
+        if ref.fell_back:  # the caller is told in its reply; this is the log line
+            log.info("%s; using the global memory file", ref.fallback_reason)
         return ref
 
     def store(self, ref: AgentRef) -> LongTermMemoryStore:
@@ -141,15 +157,16 @@ class MemoryService:
 
     def markdown_store(self, agent: str) -> MarkdownMemoryStore:
         """The MEMORY.md store of a resolved agent, whatever the configured backend."""
-        store = self._stores.get(agent) if self.config.backend == "markdown" else None
-        if isinstance(store, MarkdownMemoryStore):
-            return store
-        return MarkdownMemoryStore(
-            self.workspace.memory_path(agent),
-            FileLock(self.workspace.lock_path(agent)),
-            clock=self.clock,
-            limits=self.limits,
-        )
+        store = self._markdown_stores.get(agent)
+        if store is None:
+            store = MarkdownMemoryStore(
+                self.workspace.memory_path(agent),
+                FileLock(self.workspace.lock_path(agent)),
+                clock=self.clock,
+                limits=self.limits,
+            )
+            self._markdown_stores[agent] = store
+        return store
 
     def _make_store(self, agent: str) -> LongTermMemoryStore:
         backend = self.config.backend

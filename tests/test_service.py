@@ -143,3 +143,17 @@ def test_agents_lists_counts_and_problems(service: MemoryService, workspace: Wor
     rows = {s.name: (s.core, s.archival, s.problem) for s in service.agents()}
     assert rows[""] == (0, 0, None) and rows["a"] == (0, 1, None) and rows["b"] == (1, 0, None)
     assert rows["c"][0] is None and "conflict" in (rows["c"][2] or "")
+
+
+def test_closing_a_service_left_shared_stores_open_for_other_threads(workspace: Workspace) -> None:
+    """Regression: the daemon's memory thread closed the stores it shared with the sync
+    watcher on shutdown, while the watcher still held one of their locks (EBADF)."""
+    shared: dict = {}
+    config = Config.load(workspace.config_path)
+    owner = MemoryService(workspace, config, markdown_stores=shared)
+    owner.save("coder", "x")
+    store = shared["coder"]
+    with store.lock.hold():
+        MemoryService(workspace, config, markdown_stores=shared).close()
+        assert store.lock._fd is not None  # still open: the unlock below must work
+    assert shared, "shared stores are closed by their owner, not by a borrower"

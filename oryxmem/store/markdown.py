@@ -139,7 +139,7 @@ class MarkdownMemoryStore(LongTermMemoryStore):
                 try:
                     return self.edit_locked([addition], ())[0]
                 except ConcurrentChange:
-                    self._cached = None
+                    self.forget()
         raise ConcurrentChange(self.path)
 
     def edit(self, additions: Sequence[NewEntry], removals: Collection[str]) -> list[Entry]:
@@ -149,10 +149,14 @@ class MarkdownMemoryStore(LongTermMemoryStore):
                 try:
                     return self.edit_locked(additions, removals)
                 except ConcurrentChange:
-                    self._cached = None
+                    self.forget()
         raise ConcurrentChange(self.path)
 
     # --- for callers that hold the lock across a longer operation (sync) ------
+
+    def forget(self) -> None:
+        """Drop the parsed copy: the next read parses the file again."""
+        self._cached = None
 
     def current_locked(self) -> tuple[MemoryDocument, StatKey | None]:
         """The file as it is now, and its stat (None: no file). The caller holds the lock."""

@@ -211,18 +211,21 @@ class SyncEngine:
                     limit = self.service.config.max_content_chars
                     report.quarantined = table.quarantine_invalid_rows(self.db, agent, limit)
                     state = table.read_state(self.db, agent)
-                    sha = file_sha256(doc.text) if key else None
-                    if (
+                    stat_now = (key[0], key[1], key[2]) if key else (None, None, None)
+                    settled = (
                         state is not None
                         and state.status == "ok"
-                        and state.sha256 == sha
                         and not table.has_pending_changes(self.db, agent, state.change_seq)
                         and not report.quarantined
-                    ):
-                        report.status = "unchanged"
-                        stat_now = (key[0], key[1], key[2]) if key else (None, None, None)
-                        if stat_now != (state.inode, state.size, state.mtime_ns):
-                            self._save_state(agent, key, sha, state.agreed)  # touched, same bytes
+                    )
+                    if settled and state and stat_now == (state.inode, state.size, state.mtime_ns):
+                        report.status = "unchanged"  # the echo of our own write, or a rescan
+                        table.index_rows(self.db, agent)
+                        return report
+                    sha = file_sha256(doc.text) if key else None
+                    if settled and state and state.sha256 == sha:
+                        report.status = "unchanged"  # touched, same bytes
+                        self._save_state(agent, key, sha, state.agreed)
                         table.index_rows(self.db, agent)
                         return report
                     protected = (
@@ -256,6 +259,45 @@ class SyncEngine:
         if report.drift:
             log.info("reconciled %s", report.summary())
         return report
+
+    def record_saves(
+        self,
+        agent: str,
+        entries: list[Entry],
+        before: StatKey | None,
+        after: StatKey,
+        source: str,
+    ) -> bool:
+        """Mirror entries just saved to MEMORY.md into the rows, in one transaction.
+
+        Only when the agent was in sync right before the save (the file's stat
+        then is the agreed one and no rows are pending); otherwise the next
+        reconcile takes them in. Either way the history says where they came
+        from, which is what protects them from a stale editor buffer.
+        """
+        with write_transaction(self.db):
+            state = table.read_state(self.db, agent)
+            stat_before = (before[0], before[1], before[2]) if before else (None, None, None)
+            if state is None:  # a new agent: in sync if neither side has anything yet
+                has_rows = self.db.execute(
+                    "SELECT 1 FROM memory_entries WHERE agent = ? LIMIT 1", [agent]
+                ).fetchone()
+                in_sync, agreed = before is None and has_rows is None, []
+            else:
+                in_sync = (
+                    state.status == "ok"
+                    and stat_before == (state.inode, state.size, state.mtime_ns)
+                    and not table.has_pending_changes(self.db, agent, state.change_seq)
+                )
+                agreed = state.agreed
+            table.record_history_rows(
+                self.db, [table.history_row(agent, "add", source, entry) for entry in entries]
+            )
+            if not in_sync:
+                return False
+            table.insert_rows(self.db, agent, entries, source)
+            self._save_state(agent, after, None, agreed + [e.entry_id for e in entries])
+            return True
 
     def _save_state(
         self, agent: str, key: StatKey | None, sha: str | None, agreed: list[str]

@@ -302,26 +302,32 @@ def apply_plan_to_rows(db: Database, agent: str, plan: Plan, file_entries: Seque
         history_row(agent, "restore" if entry in restored else "add", "db", entry)
         for entry in plan.file_additions
     ]
-    if plan.row_inserts:
-        next_seq = _next_seqs(db, agent)
-        for entry in plan.row_inserts:
-            seq = next_seq[entry.scope]
-            next_seq[entry.scope] += 1
-            row_id = db.execute(
-                "INSERT INTO memory_entries(agent, scope, ts, content, entry_id, seq, source,"
-                " indexed) VALUES (?, ?, ?, ?, ?, ?, 'file', 1)",
-                [agent, entry.scope, entry.ts, entry.content, entry.entry_id, seq],
-            ).lastrowid
-            db.execute(
-                "INSERT INTO memory_fts(rowid, folded) VALUES (?, ?)",
-                [row_id, entry.content.casefold()],
-            )
-            events.append(history_row(agent, "add", "file", entry))
+    insert_rows(db, agent, plan.row_inserts, "file")
+    events += [history_row(agent, "add", "file", entry) for entry in plan.row_inserts]
     db.conn.executemany(
         "UPDATE memory_entries SET entry_id = ? WHERE id = ?",
         [[entry_id, row_id] for row_id, entry_id in plan.row_restamps],
     )
     record_history_rows(db, events)
+
+
+def insert_rows(db: Database, agent: str, entries: Sequence[Entry], source: str) -> None:
+    """Insert rows that mirror entries of the file (their ids as agreed), already indexed."""
+    if not entries:
+        return
+    next_seq = _next_seqs(db, agent)
+    for entry in entries:
+        seq = next_seq[entry.scope]
+        next_seq[entry.scope] += 1
+        row_id = db.execute(
+            "INSERT INTO memory_entries(agent, scope, ts, content, entry_id, seq, source, indexed)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, 1)",
+            [agent, entry.scope, entry.ts, entry.content, entry.entry_id, seq, source],
+        ).lastrowid
+        db.execute(
+            "INSERT INTO memory_fts(rowid, folded) VALUES (?, ?)",
+            [row_id, entry.content.casefold()],
+        )
 
 
 def _next_seqs(db: Database, agent: str) -> dict[str, int]:
@@ -352,3 +358,17 @@ def quarantined(db: Database) -> Iterable[dict[str, Any]]:
         "SELECT at, row_id, agent, scope, ts, content, reason FROM memory_quarantine ORDER BY id"
     ):
         yield dict(zip(keys, row, strict=True))
+
+
+def sync_summary(db: Database) -> dict[str, Any]:
+    """Agents per sync status, the ones with a problem, and the quarantined rows."""
+    statuses: dict[str, int] = {}
+    problems = []
+    for agent, status, detail in db.execute(
+        "SELECT agent, status, detail FROM sync_state ORDER BY agent"
+    ):
+        statuses[status] = statuses.get(status, 0) + 1
+        if status != "ok":
+            problems.append({"agent": agent, "status": status, "detail": detail})
+    quarantined = db.execute("SELECT count(*) FROM memory_quarantine").fetchone()[0]
+    return {"agents": statuses, "problems": problems, "quarantined_rows": quarantined}

@@ -31,6 +31,7 @@ from watchdog.observers.polling import PollingObserver
 from oryxmem.config import Config
 from oryxmem.service import MemoryService
 from oryxmem.store.db import write_transaction
+from oryxmem.store.markdown import MarkdownMemoryStore
 from oryxmem.sync import table
 from oryxmem.sync.engine import AgentReport, SyncEngine
 from oryxmem.workspace import GLOBAL_AGENT, Workspace
@@ -90,9 +91,12 @@ class SyncWatcher:
         rescan_seconds: float = RESCAN_SECONDS,
         on_report: Callable[[AgentReport], None] | None = None,
         force_polling: bool = False,
+        markdown_stores: dict[str, MarkdownMemoryStore] | None = None,
     ) -> None:
         self.workspace = workspace
-        self.service = MemoryService(workspace, Config.load(workspace.config_path))
+        self.service = MemoryService(
+            workspace, Config.load(workspace.config_path), markdown_stores=markdown_stores
+        )
         self.engine = SyncEngine(self.service)
         self.rescan_seconds = rescan_seconds
         self.on_report = on_report

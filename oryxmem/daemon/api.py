@@ -1,0 +1,338 @@
+"""The memory API over HTTP/1.1 (DESIGN section 8): thin aiohttp handlers.
+
+Every reply, errors included, is the envelope ``{code, message, data,
+timestamp}``; ``code`` comes from the one table in errors.py and the HTTP
+status gives its class. Handlers parse and check the request, hand the work to
+the memory thread, and wrap what comes back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+from oryxmem.daemon.sockets import peer_uid
+from oryxmem.daemon.worker import MemoryWorker
+from oryxmem.errors import (
+    BodyTooLargeError,
+    EmptyKeywordError,
+    ForbiddenError,
+    InternalError,
+    InvalidFieldError,
+    InvalidJsonError,
+    MethodNotAllowedError,
+    NotFoundError,
+    OryxError,
+    RequestTimeoutError,
+    UnsafeAgentNameError,
+)
+from oryxmem.payloads import agents_data, context_data, memory_data, recall_data, save_data
+from oryxmem.service import MemoryService
+from oryxmem.store.format import ARCHIVAL
+from oryxmem.workspace import GLOBAL_AGENT, AgentRef, check_agent_name
+
+log = logging.getLogger("oryxmem.daemon")
+
+MAX_BODY_BYTES = 1024 * 1024
+Handler = Callable[[web.Request], Awaitable[Any]]
+WORKER: web.AppKey[MemoryWorker] = web.AppKey("worker", MemoryWorker)
+HEALTH: web.AppKey[Callable[[], dict[str, Any]]] = web.AppKey("health")
+CLIENT_TIMEOUT = web.AppKey("client_timeout", float)
+
+
+def envelope(code: int, message: str, data: Any) -> dict[str, Any]:
+    return {"code": code, "message": message, "data": data, "timestamp": int(time.time() * 1000)}
+
+
+def error_response(error: OryxError) -> web.Response:
+    body = envelope(error.code, error.message, error.data or None)
+    return web.json_response(body, status=error.http_status, dumps=_dumps)
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+_HTTP_ERRORS: dict[int, Callable[[str], OryxError]] = {
+    404: NotFoundError,
+    405: MethodNotAllowedError,
+    413: BodyTooLargeError,
+}
+
+
+@web.middleware
+async def wrap_in_envelope(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Refuse other users, and give every reply (errors too) the envelope."""
+    try:
+        sock = request.transport.get_extra_info("socket") if request.transport else None
+        if sock is not None and peer_uid(sock) != os.getuid():
+            raise ForbiddenError("this socket serves only the user who runs the daemon")
+        data = await handler(request)
+    except OryxError as error:
+        response = error_response(error)
+        if isinstance(error, RequestTimeoutError):
+            response.force_close()  # the rest of that body must not be read as a request
+        return response
+    except web.HTTPException as http_error:
+        make = _HTTP_ERRORS.get(http_error.status)
+        if make is None:
+            make = InvalidFieldError if http_error.status < 500 else InternalError
+        if http_error.status == 405:
+            detail = f"{request.method} is not allowed on {request.path}"
+        elif http_error.status == 404:
+            detail = f"no route {request.method} {request.path}"
+        elif http_error.status == 413:
+            detail = f"the request body is larger than {MAX_BODY_BYTES} bytes"
+        else:
+            detail = http_error.reason
+        return error_response(make(detail))
+    except Exception:
+        log.exception("%s %s failed", request.method, request.path)
+        return error_response(InternalError("an unexpected error; see the daemon log"))
+    return web.json_response(envelope(0, "ok", data), dumps=_dumps)
+
+
+# --- request parsing ------------------------------------------------------------
+
+
+async def json_body(request: web.Request) -> dict[str, Any]:
+    try:
+        raw = await asyncio.wait_for(request.read(), request.app[CLIENT_TIMEOUT])
+    except TimeoutError:
+        raise RequestTimeoutError(
+            f"the body did not arrive within {request.app[CLIENT_TIMEOUT]} s; closing"
+        ) from None
+    if not raw:
+        return {}
+    try:
+        value = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise InvalidJsonError(f"the body is not valid JSON: {error}") from None
+    if not isinstance(value, dict):
+        raise InvalidFieldError("the body must be a JSON object")
+    return value
+
+
+def text_field(body: dict[str, Any], name: str, default: str | None = None) -> str:
+    value = body.get(name, default)
+    if value is None:
+        raise InvalidFieldError(f"{name!r} is required")
+    if not isinstance(value, str):
+        raise InvalidFieldError(f"{name!r} must be a string, not {type(value).__name__}")
+    return value
+
+
+def path_agent(request: web.Request) -> AgentRef:
+    """The agent named in the URL; an unsafe name there is an error, not a fallback."""
+    name = request.match_info.get("name")
+    if name is None:
+        return AgentRef(None, GLOBAL_AGENT)
+    service: MemoryService = request.app[WORKER].service
+    problem = check_agent_name(service.workspace, name)
+    if problem:
+        raise UnsafeAgentNameError(f"unsafe agent name {name!r}: {problem}")
+    return AgentRef(name, name)
+
+
+def tool_agent(request: web.Request, body: dict[str, Any]) -> str | None:
+    """A tool call names its agent in the body or the X-OryxOS-Agent header."""
+    value = body.get("agent", request.headers.get("X-OryxOS-Agent"))
+    if value is not None and not isinstance(value, str):
+        raise InvalidFieldError("'agent' must be a string")
+    return value
+
+
+async def run(request: web.Request, work: Callable[[MemoryService], Any]) -> Any:
+    return await asyncio.wrap_future(request.app[WORKER].call(work))
+
+
+# --- handlers -------------------------------------------------------------------
+
+
+async def health(request: web.Request) -> Any:
+    from oryxmem.sync.table import sync_summary
+
+    return {**request.app[HEALTH](), "sync": await run(request, lambda s: sync_summary(s.db))}
+
+
+async def list_agents(request: web.Request) -> Any:
+    return await run(request, lambda s: agents_data(s.agents()))
+
+
+async def get_memory(request: web.Request) -> Any:
+    ref = path_agent(request)
+    return await run(request, lambda s: memory_data(s.get(ref.agent)))
+
+
+async def save(request: web.Request) -> Any:
+    ref = path_agent(request)
+    body = await json_body(request)
+    content = text_field(body, "content")
+    scope = text_field(body, "scope", ARCHIVAL)
+    worker = request.app[WORKER]
+    result = await asyncio.wrap_future(worker.save(ref, content, scope, "socket"))
+    return save_data(result)
+
+
+async def recall(request: web.Request) -> Any:
+    ref = path_agent(request)
+    keyword = request.query.get("keyword", "")
+    if not keyword.strip():
+        raise EmptyKeywordError("give ?keyword= a word to look for")
+    return await run(request, lambda s: recall_data(s.recall(ref.agent, keyword)))
+
+
+async def context(request: web.Request) -> Any:
+    ref = path_agent(request)
+    session = request.query.get("session")
+    turns = _int_query(request, "turns")
+
+    def build(service: MemoryService) -> dict[str, Any]:
+        data = context_data(service, ref.agent)
+        if session:
+            data["history"] = service.history(session, turns)
+        return data
+
+    return await run(request, build)
+
+
+async def trigger(request: web.Request) -> Any:
+    ref = path_agent(request)
+    body = await json_body(request)
+    user_message = text_field(body, "user_message", "")
+    reply = text_field(body, "reply", "")
+
+    def record(service: MemoryService) -> Any:
+        from oryxmem.service import footprint_line
+
+        line = footprint_line(user_message, reply, service.config.footprint_max_chars)
+        return line
+
+    line = await run(request, record)
+    result = await asyncio.wrap_future(request.app[WORKER].save(ref, line, ARCHIVAL, "socket"))
+    return save_data(result)
+
+
+async def tool_save_memory(request: web.Request) -> Any:
+    body = await json_body(request)
+    return await _tool(request, "save_memory", body, _do_tool_save)
+
+
+async def tool_recall_memory(request: web.Request) -> Any:
+    body = await json_body(request)
+    return await _tool(request, "recall_memory", body, _do_tool_recall)
+
+
+async def _do_tool_save(request: web.Request, body: dict[str, Any], agent: str | None) -> Any:
+    content = text_field(body, "content")
+    scope = text_field(body, "scope", ARCHIVAL)
+    worker = request.app[WORKER]
+    ref = await run(request, lambda s: s.resolve(agent))
+    return save_data(await asyncio.wrap_future(worker.save(ref, content, scope, "socket")))
+
+
+async def _do_tool_recall(request: web.Request, body: dict[str, Any], agent: str | None) -> Any:
+    keyword = text_field(body, "keyword")
+    return await run(request, lambda s: recall_data(s.recall(agent, keyword)))
+
+
+async def _tool(
+    request: web.Request,
+    tool: str,
+    body: dict[str, Any],
+    do: Callable[[web.Request, dict[str, Any], str | None], Awaitable[Any]],
+) -> Any:
+    """Run a tool exactly as an agent calls it, and record the call in tool_invocations."""
+    started = time.perf_counter()
+    agent = tool_agent(request, body)
+    session = body.get("session", request.headers.get("X-OryxOS-Session"))
+    tool_input = {k: v for k, v in body.items() if k not in ("agent", "session")}
+    try:
+        output = await do(request, body, agent)
+    except OryxError as error:
+        failure = {"code": error.code, "message": error.message}
+        await run(
+            request,
+            lambda s: s.record_tool(
+                tool, agent or "", session, tool_input, failure, False, started
+            ),
+        )
+        raise
+    served = str(output.get("agent", agent or ""))
+    await run(
+        request,
+        lambda s: s.record_tool(tool, served, session, tool_input, output, True, started),
+    )
+    return output
+
+
+async def create_session(request: web.Request) -> Any:
+    body = await json_body(request)
+    agent = body.get("agent")
+    if agent is not None and not isinstance(agent, str):
+        raise InvalidFieldError("'agent' must be a string")
+    info = await run(request, lambda s: s.create_session(agent))
+    return info.__dict__
+
+
+async def append_message(request: web.Request) -> Any:
+    session = request.match_info["session"]
+    body = await json_body(request)
+    role, content = text_field(body, "role"), text_field(body, "content")
+    count = await run(request, lambda s: s.append_message(session, role, content))
+    return {"session": session, "messages": count}
+
+
+async def session_history(request: web.Request) -> Any:
+    session = request.match_info["session"]
+    turns = _int_query(request, "turns")
+    messages = await run(request, lambda s: s.history(session, turns))
+    return {"session": session, "messages": messages}
+
+
+def _int_query(request: web.Request, name: str) -> int | None:
+    value = request.query.get(name)
+    if value is None:
+        return None
+    try:
+        number = int(value)
+    except ValueError:
+        raise InvalidFieldError(f"?{name}= must be a whole number") from None
+    if number < 1:
+        raise InvalidFieldError(f"?{name}= must be at least 1")
+    return number
+
+
+def make_app(
+    worker: MemoryWorker, health_data: Callable[[], dict[str, Any]], client_timeout: float
+) -> web.Application:
+    app = web.Application(middlewares=[wrap_in_envelope], client_max_size=MAX_BODY_BYTES)
+    app[WORKER] = worker
+    app[HEALTH] = health_data
+    app[CLIENT_TIMEOUT] = client_timeout
+    routes = [
+        web.get("/api/v1/health", health),
+        web.get("/api/v1/agents", list_agents),
+        web.post("/api/v1/tools/save_memory", tool_save_memory),
+        web.post("/api/v1/tools/recall_memory", tool_recall_memory),
+        web.post("/api/v1/sessions", create_session),
+        web.post("/api/v1/sessions/{session}/messages", append_message),
+        web.get("/api/v1/sessions/{session}/history", session_history),
+    ]
+    for prefix in ("/api/v1/agents/{name}", "/api/v1"):
+        routes += [
+            web.get(f"{prefix}/memory", get_memory),
+            web.post(f"{prefix}/memory", save),
+            web.get(f"{prefix}/memory/recall", recall),
+            web.get(f"{prefix}/context", context),
+            web.post(f"{prefix}/triggers", trigger),
+        ]
+    app.add_routes(routes)
+    return app

@@ -1,0 +1,28 @@
+"""sd_notify: tell systemd we are READY, our STATUS, that we are alive (WATCHDOG), STOPPING."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+
+def notify(message: str) -> bool:
+    """Send one notification to $NOTIFY_SOCKET; False when not run by systemd."""
+    address = os.environ.get("NOTIFY_SOCKET")
+    if not address:
+        return False
+    if address.startswith("@"):
+        address = "\0" + address[1:]  # an abstract socket
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.connect(address)
+        sock.sendall(message.encode())
+    return True
+
+
+def watchdog_interval() -> float | None:
+    """Half of systemd's WatchdogSec for this process, in seconds, if it asked for pings."""
+    usec = os.environ.get("WATCHDOG_USEC")
+    pid = os.environ.get("WATCHDOG_PID")
+    if not usec or (pid and pid != str(os.getpid())):
+        return None
+    return int(usec) / 2_000_000

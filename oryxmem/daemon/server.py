@@ -1,0 +1,166 @@
+"""``oryxmem daemon``: the sync engine and the memory API in one foreground process.
+
+One per workspace (a lock in .oryxos/run/). systemd-friendly: READY=1 once the
+first reconcile is done and the socket serves, STATUS= lines, WATCHDOG=1 only
+while the watcher and the memory thread live, STOPPING=1; socket activation.
+SIGTERM and SIGINT stop accepting, let in-flight requests finish, and exit 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import logging
+import os
+import signal
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from oryxmem import __version__
+from oryxmem.config import Config
+from oryxmem.daemon import api, sockets
+from oryxmem.daemon.notify import notify, watchdog_interval
+from oryxmem.daemon.worker import MemoryWorker
+from oryxmem.errors import DaemonAlreadyRunningError
+from oryxmem.service import MemoryService, close_stores
+from oryxmem.store.markdown import MarkdownMemoryStore
+from oryxmem.sync.engine import AgentReport
+from oryxmem.sync.watcher import SyncWatcher
+from oryxmem.workspace import Workspace
+
+log = logging.getLogger("oryxmem.daemon")
+DRAIN_SECONDS = 10.0
+
+
+class Daemon:
+    def __init__(self, workspace: Workspace, config: Config) -> None:
+        self.workspace = workspace
+        self.config = config
+        self.started = time.time()
+        self.socket_path: Path | None = None
+        self._lock_fd: int | None = None
+        self.watcher: SyncWatcher | None = None
+        self.worker: MemoryWorker | None = None
+
+    # --- one daemon per workspace ---------------------------------------------------
+
+    def _take_workspace_lock(self) -> None:
+        path = self.workspace.run_dir / "daemon.lock"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise DaemonAlreadyRunningError(
+                f"a daemon (pid {holder}) already serves {self.workspace.root}"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._lock_fd = fd
+
+    # --- life -------------------------------------------------------------------------
+
+    def run(self) -> int:
+        self._take_workspace_lock()
+        activated = sockets.from_systemd()
+        if activated is not None:
+            sock = activated
+            self.socket_path = Path(sock.getsockname())
+        else:
+            self.socket_path = sockets.socket_path(self.workspace, self.config)
+            sock = sockets.bind(self.socket_path)
+        stores: dict[str, MarkdownMemoryStore] = {}
+        self.watcher = SyncWatcher(self.workspace, markdown_stores=stores, on_report=_log_report)
+        service = MemoryService(self.workspace, self.config, markdown_stores=stores)
+        self.worker = MemoryWorker(service, self.watcher.schedule)
+        notify("STATUS=catching up with changes made while stopped")
+        self.watcher.start()
+        self.worker.start()
+        self.watcher.ready.wait()
+        try:
+            asyncio.run(self._serve(sock))
+        finally:
+            self.worker.stop()  # requests have drained; finish queued saves first
+            self.watcher.stop()
+            close_stores(stores)  # only now: both threads used them
+            if activated is None and self.socket_path.exists():
+                self.socket_path.unlink()
+            sock.close()
+        log.info("stopped")
+        return 0
+
+    async def _serve(self, sock: socket.socket) -> None:
+        assert self.worker is not None and self.watcher is not None
+        client_timeout = float(self.config.get("daemon.client_timeout_seconds"))
+        app = api.make_app(self.worker, self.health, client_timeout)
+        runner = web.AppRunner(
+            app,
+            handle_signals=False,
+            access_log=None,
+            # Both also bound a client that stalls: one that never finishes its headers is
+            # closed by the keep-alive timer, and an unread body is not waited for longer.
+            keepalive_timeout=client_timeout,
+            lingering_time=client_timeout,
+            shutdown_timeout=DRAIN_SECONDS,
+        )
+        await runner.setup()
+        await web.SockSite(runner, sock, shutdown_timeout=DRAIN_SECONDS).start()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
+        mode = "polling" if self.watcher.polling else "inotify"
+        log.info("serving %s on %s (watching by %s)", self.workspace.root, self.socket_path, mode)
+        notify(f"READY=1\nSTATUS=serving on {self.socket_path}\nMAINPID={os.getpid()}")
+        pinger = asyncio.create_task(self._watchdog(stop))
+        await stop.wait()
+        log.info("stopping: finishing requests in flight")
+        notify("STOPPING=1")
+        pinger.cancel()
+        await runner.cleanup()
+
+    async def _watchdog(self, stop: asyncio.Event) -> None:
+        """WATCHDOG=1 only while the watcher and the memory thread are alive."""
+        interval = watchdog_interval()
+        if interval is None:
+            return
+        while not stop.is_set():
+            if (
+                self.watcher is not None
+                and self.watcher.alive
+                and self.worker
+                and self.worker.alive
+            ):
+                notify("WATCHDOG=1")
+            else:
+                log.error("the sync watcher or the memory thread died; not pinging the watchdog")
+            await asyncio.sleep(interval)
+
+    def health(self) -> dict[str, Any]:
+        """What the daemon knows without the database (the API adds the sync summary)."""
+        watcher, worker = self.watcher, self.worker
+        return {
+            "status": "ok",
+            "version": __version__,
+            "workspace": str(self.workspace.root),
+            "socket": str(self.socket_path),
+            "pid": os.getpid(),
+            "uptime_seconds": round(time.time() - self.started, 1),
+            "watching": "polling" if watcher and watcher.polling else "inotify",
+            "watcher_alive": bool(watcher and watcher.alive),
+            "reconciles": watcher.reconciles if watcher else 0,
+            "last_sync_error": watcher.last_error if watcher else None,
+            "saves": worker.saves if worker else 0,
+            "save_batches": worker.batches if worker else 0,
+        }
+
+
+def _log_report(report: AgentReport) -> None:
+    if report.status in ("conflicted", "unreadable"):
+        log.warning("%s", report.summary())

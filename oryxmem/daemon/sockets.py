@@ -1,0 +1,111 @@
+"""The daemon's Unix socket: where it lives, binding it safely, adopting systemd's.
+
+The socket is 0600 from birth (bound under a 0177 umask, never world-writable
+for an instant) in a 0700 directory; a stale socket left by a crash is replaced,
+a live one refused; systemd socket activation hands over fd 3.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import socket
+import stat
+import struct
+from pathlib import Path
+
+from oryxmem.config import Config
+from oryxmem.errors import DaemonAlreadyRunningError, InvalidConfigError
+from oryxmem.workspace import Workspace
+
+SUN_PATH_MAX = 107  # sockaddr_un.sun_path holds 108 bytes, one of them the final NUL
+SD_LISTEN_FDS_START = 3
+
+
+def socket_path(workspace: Workspace, config: Config) -> Path:
+    """ORYXMEM_SOCKET, else daemon.socket, else $XDG_RUNTIME_DIR/oryxmem/<id>.sock."""
+    explicit = os.environ.get("ORYXMEM_SOCKET") or str(config.get("daemon.socket") or "")
+    if explicit:
+        path = Path(explicit).expanduser()
+    else:
+        runtime = os.environ.get("XDG_RUNTIME_DIR")
+        folder = Path(runtime) / "oryxmem" if runtime else Path(f"/tmp/oryxmem-{os.getuid()}")
+        path = folder / f"{workspace.workspace_id}.sock"
+    check_length(path)
+    return path
+
+
+def check_length(path: Path) -> None:
+    size = len(os.fsencode(path))
+    if size > SUN_PATH_MAX:
+        raise InvalidConfigError(
+            f"the socket path {path} is {size} bytes; Unix sockets allow {SUN_PATH_MAX}."
+            " Set ORYXMEM_SOCKET or daemon.socket to a shorter path"
+        )
+
+
+def prepare_directory(folder: Path) -> None:
+    """Create the socket's directory 0700, or check that an existing one is ours and private."""
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    info = folder.stat()
+    if info.st_uid != os.getuid():
+        raise InvalidConfigError(f"{folder} belongs to uid {info.st_uid}, not to you")
+    if stat.S_IMODE(info.st_mode) & 0o077:
+        os.chmod(folder, 0o700)
+
+
+def is_live(path: Path) -> bool:
+    """Does a process answer on this socket?"""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(1.0)
+    try:
+        probe.connect(str(path))
+    except OSError as error:
+        if error.errno in (errno.ECONNREFUSED, errno.ENOENT):
+            return False
+        raise
+    finally:
+        probe.close()
+    return True
+
+
+def bind(path: Path, backlog: int = 512) -> socket.socket:
+    """A listening socket at path, 0600 from birth; a stale one is replaced."""
+    prepare_directory(path.parent)
+    if path.exists() or path.is_symlink():
+        if not stat.S_ISSOCK(path.lstat().st_mode):
+            raise InvalidConfigError(f"{path} exists and is not a socket; move it away")
+        if is_live(path):
+            raise DaemonAlreadyRunningError(f"a daemon already answers on {path}")
+        path.unlink()  # stale: left by a daemon that died
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old_umask = os.umask(0o177)
+    try:
+        sock.bind(str(path))
+    finally:
+        os.umask(old_umask)
+    os.chmod(path, 0o600)
+    sock.listen(backlog)
+    return sock
+
+
+def from_systemd() -> socket.socket | None:
+    """The listening socket systemd passed us (socket activation), if any."""
+    if os.environ.get("LISTEN_PID") != str(os.getpid()):
+        return None
+    count = int(os.environ.get("LISTEN_FDS", "0") or 0)
+    for name in ("LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"):
+        os.environ.pop(name, None)
+    if count < 1:
+        return None
+    sock = socket.socket(fileno=SD_LISTEN_FDS_START)
+    if sock.family != socket.AF_UNIX:
+        raise InvalidConfigError("systemd passed a socket that is not a Unix socket")
+    return sock
+
+
+def peer_uid(sock: socket.socket) -> int:
+    """The uid of the process at the other end (SO_PEERCRED)."""
+    raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    _pid, uid, _gid = struct.unpack("3i", raw)
+    return int(uid)

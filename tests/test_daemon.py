@@ -1,0 +1,399 @@
+"""The daemon as a real process on a real socket: every route, bad input, life cycle."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import stat
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from daemonhelp import RunningDaemon, daemon
+from synchelp import disagreements, sql, wait_until
+
+from oryxmem.client import Client
+from oryxmem.config import set_value
+from oryxmem.errors import (
+    ContentTooLongError,
+    DaemonUnavailableError,
+    EmptyContentError,
+    InvalidScopeError,
+    UnsafeAgentNameError,
+)
+from oryxmem.store.db import connect
+from oryxmem.workspace import Workspace
+
+TS = "2026-07-22 09:30:00"
+
+
+@pytest.fixture
+def running(workspace: Workspace, tmp_path: Path) -> Iterator[RunningDaemon]:
+    set_value(workspace.config_path, "daemon.client_timeout_seconds", "1")
+    with daemon(workspace, tmp_path / "daemon.log") as proc:
+        yield proc
+
+
+def test_every_route_with_curl_and_the_client_while_files_and_rows_change(
+    workspace: Workspace, running: RunningDaemon
+) -> None:
+    status, health = running.curl("http://x/api/v1/health")
+    assert status == 200 and health["code"] == 0 and health["data"]["watcher_alive"]
+    assert set(health) == {"code", "message", "data", "timestamp"}
+    status, saved = running.curl(
+        "-X",
+        "POST",
+        "-d",
+        '{"content": "User is Ada.", "scope": "core"}',
+        "http://x/api/v1/agents/coder/memory",
+    )
+    assert status == 200 and saved["data"]["entry"]["scope"] == "core"
+    # Durable in MEMORY.md when acknowledged, mirrored in the table at once.
+    assert "User is Ada." in workspace.memory_path("coder").read_text()
+    assert disagreements(workspace) == []
+    # A human edits the file; another program inserts a row.
+    with open(workspace.memory_path("coder"), "a") as handle:
+        handle.write(f"- [{TS}] typed in an editor about pytest\n")
+    sql(
+        workspace,
+        "INSERT INTO memory_entries(agent, content) VALUES ('coder', 'pytest row from sql')",
+    )
+    with Client(running.socket) as client:
+        wait_until(lambda: len(client.recall("coder", "PYTEST")["lines"]) == 2)
+        assert client.context("coder")["context"].startswith("## 核心记忆\n- [")
+        memory = client.memory("coder")
+        assert [e["content"] for e in memory["core"]] == ["User is Ada."]
+        assert memory["markdown"] == workspace.memory_path("coder").read_text()
+        footprint = client.trigger("coder", "fix   the CI", "pinned\npytest")
+        assert footprint["entry"]["content"] == 'trigger: user="fix the CI" reply="pinned pytest"'
+        assert {a["agent"] for a in client.agents()} >= {"", "coder"}
+        session = client.create_session("coder")["id"]
+        client.append_message(session, "user", "hello")
+        client.append_message(session, "assistant", "hi")
+        assert [m["content"] for m in client.history(session)["messages"]] == ["hello", "hi"]
+        with_history = client.context("coder", session=session)
+        assert len(with_history["history"]) == 2
+        tool = client.save_memory_tool({"content": "tool save", "scope": "archival"}, agent="coder")
+        assert tool["agent"] == "coder"
+        found = client.recall_memory_tool({"keyword": "tool"}, agent="coder")
+        assert found["lines"][0].endswith("tool save")
+        glob = client.save(None, "for everyone")
+        assert glob["agent"] == "" and "for everyone" in client.recall(None, "everyone")["lines"][0]
+    status, agents = running.curl("http://x/api/v1/agents")
+    assert status == 200 and {"", "coder"} <= {a["agent"] for a in agents["data"]}
+    status, recall = running.curl("http://x/api/v1/memory/recall?keyword=everyone")
+    assert recall["data"]["lines"]
+    wait_until(lambda: disagreements(workspace) == [])
+    db = connect(workspace.db_path)
+    tools = db.execute("SELECT tool, agent, ok, input FROM tool_invocations ORDER BY id").fetchall()
+    assert [(t[0], t[1], t[2]) for t in tools] == [
+        ("save_memory", "coder", 1),
+        ("recall_memory", "coder", 1),
+    ]
+    assert json.loads(tools[0][3]) == {"content": "tool save", "scope": "archival"}
+    sources = {row[0] for row in db.execute("SELECT source FROM memory_history WHERE op = 'add'")}
+    assert "socket" in sources
+
+
+@pytest.mark.parametrize(
+    ("args", "status", "code"),
+    [
+        (["-d", "{not json", "http://x/api/v1/agents/coder/memory"], 400, 1001),
+        (["-d", "[1, 2]", "http://x/api/v1/agents/coder/memory"], 400, 1002),
+        (["-d", '{"content": 7}', "http://x/api/v1/agents/coder/memory"], 400, 1002),
+        (["-d", '{"scope": "core"}', "http://x/api/v1/agents/coder/memory"], 400, 1002),
+        (
+            ["-d", '{"content": "x", "scope": "nope"}', "http://x/api/v1/agents/coder/memory"],
+            400,
+            1003,
+        ),
+        (["-d", '{"content": "  "}', "http://x/api/v1/agents/coder/memory"], 400, 1004),
+        (["-d", '{"content": "a\\u0000b"}', "http://x/api/v1/agents/coder/memory"], 400, 1005),
+        (
+            ["-d", json.dumps({"content": "x" * 40000}), "http://x/api/v1/agents/coder/memory"],
+            413,
+            1006,
+        ),
+        (
+            ["--path-as-is", "-d", '{"content": "x"}', "http://x/api/v1/agents/..hidden/memory"],
+            400,
+            1008,
+        ),
+        (["-d", '{"content": "x"}', "http://x/api/v1/agents/.hidden/memory"], 400, 1008),
+        (["-d", '{"content": "x"}', "http://x/api/v1/agents/a%00b/memory"], 400, 1008),
+        (["http://x/api/v1/agents/coder/memory/recall?keyword="], 400, 1009),
+        (["http://x/api/v1/nothing/here"], 404, 1011),
+        (["-X", "DELETE", "http://x/api/v1/agents/coder/memory"], 405, 1012),
+        (["-X", "PUT", "http://x/api/v1/health"], 405, 1012),
+        (["http://x/api/v1/sessions/nope/history"], 404, 1013),
+        (
+            ["-d", '{"role": "robot", "content": "x"}', "http://x/api/v1/sessions/nope/messages"],
+            400,
+            1014,
+        ),
+    ],
+)
+def test_bad_input_gets_a_clear_error_and_changes_nothing(
+    workspace: Workspace, running: RunningDaemon, args: list[str], status: int, code: int
+) -> None:
+    got_status, reply = running.curl(*args)
+    assert (got_status, reply["code"]) == (status, code), reply
+    assert reply["message"] and isinstance(reply["timestamp"], int)
+    assert not workspace.memory_path("coder").exists()
+    assert running.curl("http://x/api/v1/health")[0] == 200
+
+
+def test_body_over_one_mebibyte_is_refused(
+    workspace: Workspace, running: RunningDaemon, tmp_path: Path
+) -> None:
+    big = tmp_path / "big.json"
+    big.write_text(json.dumps({"content": "y" * (1024 * 1024 + 10)}))
+    status, reply = running.curl("-d", f"@{big}", "http://x/api/v1/agents/coder/memory")
+    assert (status, reply["code"]) == (413, 1007)
+    assert not workspace.memory_path("coder").exists()
+
+
+def test_client_raises_the_library_errors(running: RunningDaemon) -> None:
+    with Client(running.socket) as client:
+        with pytest.raises(EmptyContentError):
+            client.save("coder", "")
+        with pytest.raises(InvalidScopeError):
+            client.save("coder", "x", scope="nope")
+        with pytest.raises(ContentTooLongError):
+            client.save("coder", "z" * 40000)
+        with pytest.raises(UnsafeAgentNameError):
+            client.save(".x", "y")
+        assert client.health()["status"] == "ok"
+
+
+@pytest.mark.parametrize(
+    "half",
+    [
+        b"POST /api/v1/agents/coder/memory HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{",
+        b"POST /api/v1/agents/coder/memory HTTP/1.1\r\nHost: x\r\nContent-Le",
+    ],
+    ids=["body-stalls", "headers-stall"],
+)
+def test_a_stalled_half_request_is_closed_without_blocking_others(
+    workspace: Workspace, running: RunningDaemon, half: bytes
+) -> None:
+    stalled = socket.socket(socket.AF_UNIX)
+    stalled.connect(str(running.socket))
+    stalled.sendall(half)
+    started = time.monotonic()
+    assert running.curl("http://x/api/v1/health")[0] == 200  # others are served meanwhile
+    stalled.settimeout(15)
+    received = b""
+    while chunk := stalled.recv(4096):  # read until the daemon closes the connection
+        received += chunk
+    closed_after = time.monotonic() - started
+    stalled.close()
+    assert closed_after < 5, "client_timeout_seconds is 1 in this test"
+    if b"\r\n\r\n" in half:
+        assert b" 408 " in received.split(b"\r\n")[0] and b'"code": 1016' in received
+    assert not workspace.memory_path("coder").exists()
+    assert running.curl("http://x/api/v1/health")[0] == 200
+
+
+def test_two_hundred_connections_at_once(workspace: Workspace, running: RunningDaemon) -> None:
+    results: list[int] = []
+    lock = threading.Lock()
+
+    def one(n: int) -> None:
+        with Client(running.socket) as client:
+            client.save(f"agent{n % 4}", f"concurrent {n}")
+            with lock:
+                results.append(n)
+
+    threads = [threading.Thread(target=one, args=(n,)) for n in range(200)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert sorted(results) == list(range(200))
+    wait_until(lambda: disagreements(workspace) == [])
+    total = sum(
+        len(
+            connect(workspace.db_path)
+            .execute("SELECT 1 FROM memory_entries WHERE agent = ?", [f"agent{a}"])
+            .fetchall()
+        )
+        for a in range(4)
+    )
+    assert total == 200
+
+
+def test_socket_is_private_and_removed_on_sigterm(running: RunningDaemon) -> None:
+    assert stat.S_IMODE(running.socket.stat().st_mode) == 0o600
+    assert stat.S_IMODE(running.socket.parent.stat().st_mode) == 0o700
+    assert running.stop() == 0
+    assert not running.socket.exists()
+    assert "stopped" in running.text()
+
+
+def test_a_second_daemon_for_the_workspace_exits_with_a_clear_message(
+    workspace: Workspace, running: RunningDaemon
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "oryxmem", "daemon"], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 1
+    assert "already serves" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_stale_socket_is_replaced(workspace: Workspace, tmp_path: Path) -> None:
+    path = Path(os.environ["ORYXMEM_SOCKET"])
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    stale = socket.socket(socket.AF_UNIX)
+    stale.bind(str(path))
+    stale.close()  # a socket file nobody answers on, as a crash leaves it
+    with daemon(workspace, tmp_path / "d.log") as running:
+        assert running.curl("http://x/api/v1/health")[0] == 200
+
+
+def test_a_live_socket_of_another_process_is_refused(workspace: Workspace, tmp_path: Path) -> None:
+    path = Path(os.environ["ORYXMEM_SOCKET"])
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    other = socket.socket(socket.AF_UNIX)
+    other.bind(str(path))
+    other.listen(1)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "oryxmem", "daemon"], capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == 1 and "already answers on" in done.stderr
+    finally:
+        other.close()
+
+
+def test_a_socket_path_over_108_bytes_is_a_clear_error(workspace: Workspace) -> None:
+    long_path = "/tmp/" + "x" * 110 + ".sock"
+    done = subprocess.run(
+        [sys.executable, "-m", "oryxmem", "daemon"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "ORYXMEM_SOCKET": long_path},
+        timeout=60,
+    )
+    assert done.returncode == 1 and "Unix sockets allow 107" in done.stderr
+
+
+def _as_nobody() -> None:
+    os.setgid(65534)
+    os.setuid(65534)
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="needs root to run a client as nobody")
+def test_a_peer_of_another_uid_is_refused(workspace: Workspace, running: RunningDaemon) -> None:
+    # The 0700 directory and the 0600 socket keep it out...
+    done = subprocess.run(
+        ["curl", "-s", "--unix-socket", str(running.socket), "http://x/api/v1/health"],
+        preexec_fn=_as_nobody,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode != 0 and '"code": 0' not in done.stdout
+    # ...and with the permissions opened, SO_PEERCRED still does.
+    os.chmod(running.socket.parent, 0o711)
+    os.chmod(running.socket, 0o666)
+    done = subprocess.run(
+        [
+            "curl",
+            "-s",
+            "-w",
+            "\n%{http_code}",
+            "--unix-socket",
+            str(running.socket),
+            "http://x/api/v1/health",
+        ],
+        preexec_fn=_as_nobody,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    body, _, status = done.stdout.rpartition("\n")
+    assert status == "403" and json.loads(body)["code"] == 1015
+    assert running.curl("http://x/api/v1/health")[0] == 200
+
+
+def test_systemd_notify_and_socket_activation(
+    workspace: Workspace, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    notify_path = tmp_path / "notify.sock"
+    notifications = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    notifications.bind(str(notify_path))
+    notifications.settimeout(30)
+    listener = socket.socket(socket.AF_UNIX)
+    activated_path = Path(os.environ["ORYXMEM_SOCKET"]).with_name("activated.sock")
+    listener.bind(str(activated_path))
+    listener.listen(16)
+    fd = listener.fileno()
+
+    def hand_over() -> None:  # what systemd does: the socket is fd 3, LISTEN_PID is us
+        if fd != 3:
+            os.dup2(fd, 3)
+        os.set_inheritable(3, True)
+        os.putenv("LISTEN_PID", str(os.getpid()))
+
+    for name, value in {
+        "ORYXMEM_ROOT": str(workspace.root),
+        "NOTIFY_SOCKET": str(notify_path),
+        "WATCHDOG_USEC": "400000",
+        "LISTEN_FDS": "1",
+    }.items():
+        monkeypatch.setenv(name, value)
+    log = tmp_path / "activated.log"
+
+    def next_with(word: str) -> str:
+        while True:
+            message = notifications.recv(4096).decode()
+            if word in message:
+                return message
+
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "oryxmem", "daemon"],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            close_fds=False,  # subprocess would close our fd 3 after preexec_fn
+            preexec_fn=hand_over,
+        )
+    try:
+        status = next_with("STATUS=")
+        ready = next_with("READY=1")
+        assert "catching up" in status and f"serving on {activated_path}" in ready
+        with Client(activated_path) as client:
+            assert client.health()["socket"] == str(activated_path)
+        next_with("WATCHDOG=1")
+        proc.send_signal(15)
+        next_with("STOPPING=1")
+        assert proc.wait(timeout=30) == 0, log.read_text()
+        assert activated_path.exists(), "an activated socket belongs to systemd; it stays"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        listener.close()
+        notifications.close()
+
+
+def test_cli_falls_back_to_the_stores_when_no_daemon_answers(workspace: Workspace) -> None:
+    from conftest import run_cli
+
+    path = Path(os.environ["ORYXMEM_SOCKET"])
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    stale = socket.socket(socket.AF_UNIX)
+    stale.bind(str(path))
+    stale.close()
+    done = run_cli("save", "-a", "coder", "no daemon here")
+    assert done.returncode == 0, done.stderr
+    assert "no daemon here" in workspace.memory_path("coder").read_text()
+    status = run_cli("status")
+    assert "not running" in status.stdout
+    with pytest.raises(DaemonUnavailableError):
+        Client(path).health()
