@@ -269,6 +269,27 @@ def daemon(ctx: Context) -> None:
     raise SystemExit(Daemon(workspace, Config.load(workspace.config_path)).run())
 
 
+@cli.command("install-systemd")
+@click.option(
+    "--unit-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where to write the units (default: ~/.config/systemd/user).",
+)
+@pass_context
+def install_systemd(ctx: Context, unit_dir: Path | None) -> None:
+    """Install this workspace's daemon as a systemd user service, started by its socket."""
+    from oryxmem.daemon import systemd
+
+    workspace = open_workspace(ctx.root)
+    units = systemd.install(workspace, Config.load(workspace.config_path), unit_dir)
+    click.echo(f"wrote {units.socket}")
+    click.echo(f"wrote {units.service}")
+    click.echo("start it now and at every login with:")
+    click.echo("  systemctl --user daemon-reload")
+    click.echo(f"  systemctl --user enable --now {units.name}.socket")
+
+
 @cli.command()
 @json_option
 @pass_context
