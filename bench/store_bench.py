@@ -56,7 +56,8 @@ def content_for(i: int) -> str:
 
 
 def seed(workspace: Workspace, agent: str, count: int) -> None:
-    """Write count archival entries to the file and the table directly (fast)."""
+    """Write count archival entries to the file and the table directly (fast), then let
+    one sync pass record that both sides agree, as any workspace in use would have."""
     path = workspace.memory_path(agent)
     path.parent.mkdir(parents=True, exist_ok=True)
     lines = ["## 核心记忆", "- [2026-01-01 00:00:00] User's name is Ada.", "", "## 归档记忆"]
@@ -67,6 +68,12 @@ def seed(workspace: Workspace, agent: str, count: int) -> None:
         for i in range(count):
             insert_entry(db, agent, NewEntry(ARCHIVAL, TS, content_for(i)), "bench")
     db.close()
+    subprocess.run(
+        [sys.executable, "-m", "oryxmem", "sync"],
+        env={**os.environ, "ORYXMEM_ROOT": str(workspace.root)},
+        check=True,
+        capture_output=True,
+    )
 
 
 def measure(count: int, repeat: int) -> list[Figure]:

@@ -220,7 +220,38 @@ class MemoryService:
 
     def recall(self, agent: str | None, keyword: str) -> RecallResult:
         ref = self.resolve(agent)
-        return RecallResult(ref, keyword, self.store(ref).recall(keyword))
+        store = self.store(ref)
+        # Where the database is open anyway (the daemon), an in-sync agent's rows answer
+        # through the trigram index; a CLI process would pay more to open it than it saves.
+        if isinstance(store, MarkdownMemoryStore) and self._db is not None:
+            mirror = self._mirror_if_in_sync(ref.agent)
+            if mirror is not None:
+                store = mirror  # the rows equal the file: the trigram index answers
+        return RecallResult(ref, keyword, store.recall(keyword))
+
+    def _mirror_if_in_sync(self, agent: str) -> LongTermMemoryStore | None:
+        """The agent's rows as a store, when sync says they equal its MEMORY.md right now."""
+        import os
+
+        from oryxmem.store.sqlite import SqliteMemoryStore
+        from oryxmem.sync.table import has_pending_changes, read_state
+
+        state = read_state(self.db, agent)
+        if state is None or state.status != "ok":
+            return None
+        try:
+            info = os.stat(self.workspace.memory_path(agent))
+        except FileNotFoundError:
+            return None
+        if (info.st_ino, info.st_size, info.st_mtime_ns) != (
+            state.inode,
+            state.size,
+            state.mtime_ns,
+        ):
+            return None
+        if has_pending_changes(self.db, agent, state.change_seq):
+            return None
+        return SqliteMemoryStore(self.db, agent, clock=self.clock, limits=self.limits)
 
     def get(self, agent: str | None) -> MemoryView:
         ref = self.resolve(agent)

@@ -45,7 +45,7 @@ class RunningDaemon:
 def start_daemon(
     workspace: Workspace, log: Path, env: dict[str, str] | None = None, **popen: Any
 ) -> RunningDaemon:
-    socket = Path(os.environ["ORYXMEM_SOCKET"])
+    socket = Path((env or {}).get("ORYXMEM_SOCKET") or os.environ["ORYXMEM_SOCKET"])
     with open(log, "ab") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "oryxmem", "daemon"],

@@ -397,3 +397,18 @@ def test_cli_falls_back_to_the_stores_when_no_daemon_answers(workspace: Workspac
     assert "not running" in status.stdout
     with pytest.raises(DaemonUnavailableError):
         Client(path).health()
+
+
+def test_a_socket_in_a_shared_directory_leaves_its_mode_alone(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    """Regression: the daemon once chmod'ed the existing parent of its socket to 0700,
+    which turned /tmp private when the socket was put there."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o1777)
+    sock = shared / "s.sock"
+    with daemon(workspace, tmp_path / "d.log", env={"ORYXMEM_SOCKET": str(sock)}) as running:
+        assert stat.S_IMODE(shared.stat().st_mode) == 0o1777
+        assert stat.S_IMODE(sock.stat().st_mode) == 0o600
+        assert running.curl("http://x/api/v1/health")[0] == 200

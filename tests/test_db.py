@@ -74,6 +74,7 @@ def test_migrations_apply_once_and_reopening_changes_nothing(tmp_path: Path) -> 
         "create_memory_entries",
         "create_sessions",
         "add_quarantine_and_change_cursor",
+        "agreed_ids_in_their_own_table",
     ]
     assert shell(path, ".schema") == schema
 

@@ -45,13 +45,16 @@ def check_length(path: Path) -> None:
 
 
 def prepare_directory(folder: Path) -> None:
-    """Create the socket's directory 0700, or check that an existing one is ours and private."""
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    """Create the socket's directory 0700. An existing one is never changed: it must be
+    ours, or a shared sticky directory such as /tmp (the socket itself is 0600)."""
+    if not folder.exists():
+        folder.mkdir(mode=0o700, parents=True)
+        os.chmod(folder, 0o700)  # whatever the umask
+        return
     info = folder.stat()
-    if info.st_uid != os.getuid():
+    sticky_shared = bool(info.st_mode & stat.S_ISVTX)
+    if info.st_uid != os.getuid() and not sticky_shared:
         raise InvalidConfigError(f"{folder} belongs to uid {info.st_uid}, not to you")
-    if stat.S_IMODE(info.st_mode) & 0o077:
-        os.chmod(folder, 0o700)
 
 
 def is_live(path: Path) -> bool:

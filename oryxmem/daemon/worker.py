@@ -153,7 +153,6 @@ class MemoryWorker:
         self.saves += len(entries)
         for (job, _), entry in zip(ready, entries, strict=True):
             job.future.set_result(SaveResult(job.ref, entry))
-        self.on_saved(agent)
 
     def _write(
         self, agent: str, store: MarkdownMemoryStore, ready: list[tuple[_Save, Entry]]
@@ -171,9 +170,13 @@ class MemoryWorker:
             else:
                 raise ConcurrentChange(store.path)
             _, after = store.current_locked()
+        mirrored = False
         if after is not None:
             try:
-                self.engine.record_saves(agent, entries, before, after, ready[0][0].source)
+                source = ready[0][0].source
+                mirrored = self.engine.record_saves(agent, entries, before, after, source)
             except Exception:  # the file has them: sync will mirror them; never lose the ack
                 log.exception("mirroring saves of %s failed; sync will catch up", agent)
+        if not mirrored:
+            self.on_saved(agent)  # the rows lag behind the file: reconcile soon
         return entries

@@ -195,6 +195,21 @@ def add_quarantine_and_change_cursor(db: Database) -> None:
     )
 
 
+@migrations()
+def agreed_ids_in_their_own_table(db: Database) -> None:
+    # One row per agreed entry id: a save adds one row instead of rewriting a list
+    # that holds every id of the file. sync_state.entry_ids is no longer used.
+    db.execute(
+        "CREATE TABLE sync_agreed (agent TEXT NOT NULL, entry_id TEXT NOT NULL,"
+        " PRIMARY KEY (agent, entry_id)) WITHOUT ROWID"
+    )
+    db.execute(
+        "INSERT OR IGNORE INTO sync_agreed(agent, entry_id)"
+        " SELECT s.agent, j.value FROM sync_state s, json_each(s.entry_ids) j"
+    )
+    db.execute("UPDATE sync_state SET entry_ids = '[]'")
+
+
 def connect(path: Path) -> Database:
     """Open (creating if needed) and migrate the database, WAL and synchronous=FULL."""
     try:

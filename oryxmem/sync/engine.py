@@ -187,6 +187,8 @@ class SyncEngine:
         busy = git_operation_in_progress(self.workspace.root)
         if busy:
             return AgentReport(agent, "deferred", f"git is busy ({busy}); retrying later")
+        if not dry_run and self._settled_now(agent):
+            return AgentReport(agent, "unchanged")  # no lock, no transaction: the common echo
         store = self.service.markdown_store(agent)
         for _ in range(_MAX_ATTEMPTS):
             try:
@@ -194,6 +196,13 @@ class SyncEngine:
             except ConcurrentChange:
                 continue  # an editor wrote while we did: read both sides again
         return AgentReport(agent, "deferred", "the file kept changing; retrying later")
+
+    def _settled_now(self, agent: str) -> bool:
+        try:
+            info = os.stat(self.workspace.memory_path(agent))
+        except FileNotFoundError:
+            return False
+        return table.is_settled(self.db, agent, (info.st_ino, info.st_size, info.st_mtime_ns))
 
     def _reconcile_once(self, agent: str, store: MarkdownMemoryStore, dry_run: bool) -> AgentReport:
         report = AgentReport(agent)
@@ -210,7 +219,7 @@ class SyncEngine:
                 with write_transaction(self.db):
                     limit = self.service.config.max_content_chars
                     report.quarantined = table.quarantine_invalid_rows(self.db, agent, limit)
-                    state = table.read_state(self.db, agent)
+                    state = table.read_state(self.db, agent, with_agreed=False)
                     stat_now = (key[0], key[1], key[2]) if key else (None, None, None)
                     settled = (
                         state is not None
@@ -225,9 +234,11 @@ class SyncEngine:
                     sha = file_sha256(doc.text) if key else None
                     if settled and state and state.sha256 == sha:
                         report.status = "unchanged"  # touched, same bytes
-                        self._save_state(agent, key, sha, state.agreed)
+                        self._save_state(agent, key, sha, [], previous=[])
                         table.index_rows(self.db, agent)
                         return report
+                    if state is not None:
+                        state = table.read_state(self.db, agent)  # now the agreed ids too
                     protected = (
                         table.protected_entries(self.db, agent, self.stale_buffer_seconds)
                         if state and self.stale_buffer_seconds
@@ -251,7 +262,8 @@ class SyncEngine:
                         sha = file_sha256(doc.text)
                     table.apply_plan_to_rows(self.db, agent, plan, file_entries)
                     table.index_rows(self.db, agent)
-                    self._save_state(agent, key, sha, plan.agreed)
+                    previous = state.agreed if state is not None else None
+                    self._save_state(agent, key, sha, plan.agreed, previous)
             except _DryRun:
                 return report
         for line in report.lost:
@@ -276,32 +288,33 @@ class SyncEngine:
         from, which is what protects them from a stale editor buffer.
         """
         with write_transaction(self.db):
-            state = table.read_state(self.db, agent)
             stat_before = (before[0], before[1], before[2]) if before else (None, None, None)
-            if state is None:  # a new agent: in sync if neither side has anything yet
+            if table.read_state(self.db, agent, with_agreed=False) is None:
+                # A new agent: in sync if neither side has anything yet.
                 has_rows = self.db.execute(
                     "SELECT 1 FROM memory_entries WHERE agent = ? LIMIT 1", [agent]
                 ).fetchone()
-                in_sync, agreed = before is None and has_rows is None, []
+                in_sync = before is None and has_rows is None
             else:
-                in_sync = (
-                    state.status == "ok"
-                    and stat_before == (state.inode, state.size, state.mtime_ns)
-                    and not table.has_pending_changes(self.db, agent, state.change_seq)
-                )
-                agreed = state.agreed
+                in_sync = table.is_settled(self.db, agent, stat_before)
             table.record_history_rows(
                 self.db, [table.history_row(agent, "add", source, entry) for entry in entries]
             )
             if not in_sync:
                 return False
             table.insert_rows(self.db, agent, entries, source)
-            self._save_state(agent, after, None, agreed + [e.entry_id for e in entries])
+            self._save_state(agent, after, None, [e.entry_id for e in entries], previous=[])
             return True
 
     def _save_state(
-        self, agent: str, key: StatKey | None, sha: str | None, agreed: list[str]
+        self,
+        agent: str,
+        key: StatKey | None,
+        sha: str | None,
+        agreed: list[str],
+        previous: list[str] | None = None,
     ) -> None:
+        """The new agreed state; with ``previous`` only the ids that differ are written."""
         inode, size, mtime_ns = (key[0], key[1], key[2]) if key else (None, None, None)
         table.write_state(
             self.db,
@@ -317,11 +330,12 @@ class SyncEngine:
                 detail=None,
                 change_seq=table.latest_change_seq(self.db),
             ),
+            previous,
         )
 
     def _mark_unusable(self, agent: str, status: str, detail: str, dry_run: bool) -> AgentReport:
         """A conflicted or unreadable file: neither read nor written; the state says why."""
-        state = table.read_state(self.db, agent)
+        state = table.read_state(self.db, agent, with_agreed=False)
         if not dry_run:
             with write_transaction(self.db):
                 table.write_state(
@@ -333,11 +347,12 @@ class SyncEngine:
                         mtime_ns=state.mtime_ns if state else None,
                         inode=state.inode if state else None,
                         sha256=state.sha256 if state else None,
-                        agreed=state.agreed if state else [],
+                        agreed=[],
                         status=status,
                         detail=detail,
                         change_seq=table.latest_change_seq(self.db),
                     ),
+                    [] if state else None,  # keep the agreed ids as they are
                 )
             if state is None or state.status != status:
                 log.warning("%s: %s: %s", agent or "(global)", status, detail)

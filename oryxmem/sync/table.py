@@ -7,7 +7,6 @@ together or not at all.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -131,27 +130,45 @@ def read_rows(db: Database, agent: str) -> list[RowState]:
     return number_rows(rows)
 
 
-def read_state(db: Database, agent: str) -> SyncState | None:
+def read_state(db: Database, agent: str, *, with_agreed: bool = True) -> SyncState | None:
+    """The agreed state; without with_agreed the id list (large for a large file) is skipped."""
     row = db.execute(
-        "SELECT agent, path, size, mtime_ns, inode, sha256, entry_ids, status, detail, change_seq"
+        "SELECT agent, path, size, mtime_ns, inode, sha256, status, detail, change_seq"
         " FROM sync_state WHERE agent = ?",
         [agent],
     ).fetchone()
     if row is None:
         return None
-    fields = list(row)
-    fields[6] = json.loads(fields[6])
-    return SyncState(*fields)
+    agent_, path, size, mtime_ns, inode, sha, status, detail, change_seq = row
+    agreed = (
+        [r[0] for r in db.execute("SELECT entry_id FROM sync_agreed WHERE agent = ?", [agent])]
+        if with_agreed
+        else []
+    )
+    return SyncState(agent_, path, size, mtime_ns, inode, sha, agreed, status, detail, change_seq)
 
 
-def write_state(db: Database, state: SyncState) -> None:
+def is_settled(db: Database, agent: str, stat: tuple[int | None, int | None, int | None]) -> bool:
+    """Is the agent in sync with its file as it is now, (inode, size, mtime_ns)? Cheap."""
+    state = read_state(db, agent, with_agreed=False)
+    return (
+        state is not None
+        and state.status == "ok"
+        and stat == (state.inode, state.size, state.mtime_ns)
+        and not has_pending_changes(db, agent, state.change_seq)
+    )
+
+
+def write_state(db: Database, state: SyncState, previous: Sequence[str] | None = None) -> None:
+    """Record what both sides agree on. With ``previous`` (the agreed ids before), only the
+    difference is written: a save to a 100,000-entry file adds one row, not 100,000."""
     db.execute(
-        "INSERT INTO sync_state(agent, path, size, mtime_ns, inode, sha256, entry_ids, status,"
-        " detail, change_seq, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?,"
+        "INSERT INTO sync_state(agent, path, size, mtime_ns, inode, sha256, status, detail,"
+        " change_seq, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?,"
         " strftime('%Y-%m-%d %H:%M:%S', 'now', 'localtime'))"
         " ON CONFLICT(agent) DO UPDATE SET path = excluded.path, size = excluded.size,"
         " mtime_ns = excluded.mtime_ns, inode = excluded.inode, sha256 = excluded.sha256,"
-        " entry_ids = excluded.entry_ids, status = excluded.status, detail = excluded.detail,"
+        " status = excluded.status, detail = excluded.detail,"
         " change_seq = excluded.change_seq, updated_at = excluded.updated_at",
         [
             state.agent,
@@ -160,11 +177,24 @@ def write_state(db: Database, state: SyncState) -> None:
             state.mtime_ns,
             state.inode,
             state.sha256,
-            json.dumps(state.agreed),
             state.status,
             state.detail,
             state.change_seq,
         ],
+    )
+    if previous is None:
+        db.execute("DELETE FROM sync_agreed WHERE agent = ?", [state.agent])
+        added, removed = set(state.agreed), set()
+    else:
+        before, after = set(previous), set(state.agreed)
+        added, removed = after - before, before - after
+    db.conn.executemany(
+        "DELETE FROM sync_agreed WHERE agent = ? AND entry_id = ?",
+        [[state.agent, i] for i in removed],
+    )
+    db.conn.executemany(
+        "INSERT OR IGNORE INTO sync_agreed(agent, entry_id) VALUES (?, ?)",
+        [[state.agent, i] for i in added],
     )
 
 
