@@ -234,22 +234,13 @@ class MemoryService:
         import os
 
         from oryxmem.store.sqlite import SqliteMemoryStore
-        from oryxmem.sync.table import has_pending_changes, read_state
+        from oryxmem.sync.table import is_settled
 
-        state = read_state(self.db, agent)
-        if state is None or state.status != "ok":
-            return None
         try:
             info = os.stat(self.workspace.memory_path(agent))
         except FileNotFoundError:
             return None
-        if (info.st_ino, info.st_size, info.st_mtime_ns) != (
-            state.inode,
-            state.size,
-            state.mtime_ns,
-        ):
-            return None
-        if has_pending_changes(self.db, agent, state.change_seq):
+        if not is_settled(self.db, agent, (info.st_ino, info.st_size, info.st_mtime_ns)):
             return None
         return SqliteMemoryStore(self.db, agent, clock=self.clock, limits=self.limits)
 

@@ -56,6 +56,7 @@ class MemoryWorker:
 
     def start(self) -> None:
         self._thread.start()
+        self.call(lambda service: service.db)  # open it on this thread, before any request
 
     def stop(self) -> None:
         self._jobs.put(None)
