@@ -291,14 +291,18 @@ def install_systemd(ctx: Context, unit_dir: Path | None) -> None:
 
 
 @cli.command()
+@click.option("--socket", "socket_only", is_flag=True, help="Print only the socket's path.")
 @json_option
 @pass_context
-def status(ctx: Context, as_json: bool) -> None:
+def status(ctx: Context, socket_only: bool, as_json: bool) -> None:
     """Is the daemon running? Its socket, the agents' sync state, the last errors."""
     from oryxmem.sync.table import sync_summary
 
     workspace = open_workspace(ctx.root)
     path = socket_path(workspace, Config.load(workspace.config_path))
+    if socket_only:
+        click.echo(str(path))
+        return
     client = ctx.client()
     health = None
     if client is not None:

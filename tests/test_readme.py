@@ -13,32 +13,62 @@ TIMESTAMP = re.compile(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}")
 README_ROOT = "/home/ada/project"
 
 
-def console_examples(text: str) -> list[tuple[str, str]]:
-    """(command, expected stdout) pairs from the ```console blocks."""
-    examples: list[tuple[str, str]] = []
+EPOCH_MS = re.compile(r'"timestamp": \d+')
+
+
+def console_blocks(text: str) -> list[list[tuple[str, str]]]:
+    """The ```console blocks, each as (command, expected stdout) pairs."""
+    blocks = []
     for block in re.findall(r"```console\n(.*?)```", text, re.DOTALL):
+        examples = []
         for chunk in re.split(r"^\$ ", block, flags=re.MULTILINE)[1:]:
             command, _, output = chunk.partition("\n")
             examples.append((command, output))
-    return examples
+        blocks.append(examples)
+    return blocks
 
 
-def test_readme_console_examples_run_as_shown(isolated_paths: Path) -> None:
-    examples = console_examples(README.read_text(encoding="utf-8"))
-    assert len(examples) >= 10
+def python_blocks(text: str) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", text, re.DOTALL)
+
+
+def test_readme_console_examples_run_as_shown(isolated_paths: Path, tmp_path: Path) -> None:
+    from daemonhelp import daemon
+
+    from oryxmem.workspace import Workspace
+
+    text = README.read_text(encoding="utf-8")
+    blocks = console_blocks(text)
+    assert sum(len(block) for block in blocks) >= 15
     env = {
         **os.environ,
         "ORYXMEM_ROOT": str(isolated_paths),
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
     }
-    for command, expected in examples:
-        done = subprocess.run(
-            command, shell=True, cwd=isolated_paths, env=env, capture_output=True, text=True
-        )
-        actual = TIMESTAMP.sub("2026-07-22 09:30:00", done.stdout)
-        actual = actual.replace(str(isolated_paths.resolve()), README_ROOT)
-        assert actual == expected, f"$ {command}\n{done.stderr}"
-        assert "Traceback" not in done.stderr
+
+    def run(examples: list[tuple[str, str]]) -> None:
+        for command, expected in examples:
+            done = subprocess.run(
+                command, shell=True, cwd=isolated_paths, env=env, capture_output=True, text=True
+            )
+            actual = TIMESTAMP.sub("2026-07-22 09:30:00", done.stdout)
+            actual = EPOCH_MS.sub('"timestamp": 1784712600000', actual)
+            actual = actual.replace(str(isolated_paths.resolve()), README_ROOT)
+            assert actual == expected, f"$ {command}\n{done.stderr}"
+            assert "Traceback" not in done.stderr
+
+    for examples in blocks:
+        if not any("--unix-socket" in command for command, _ in examples):
+            run(examples)
+            continue
+        with daemon(Workspace(isolated_paths.resolve()), tmp_path / "daemon.log"):
+            run(examples)
+            for code in python_blocks(text):
+                if "Client.for_workspace" in code:
+                    done = subprocess.run(
+                        [sys.executable, "-c", code], env=env, capture_output=True, text=True
+                    )
+                    assert done.returncode == 0, done.stderr
 
 
 def test_readme_describes_the_stderr_of_its_examples(isolated_paths: Path) -> None:
