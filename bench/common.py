@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import os
+import signal
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,3 +63,49 @@ def print_table(title: str, figures: list[Figure]) -> None:
 def scratch_dir(prefix: str) -> tempfile.TemporaryDirectory[str]:
     base = os.environ.get("ORYXMEM_BENCH_DIR")  # a real disk, not tmpfs, for honest fsyncs
     return tempfile.TemporaryDirectory(prefix=prefix, dir=base)
+
+
+def report(title: str, figures: list[Figure], as_json: bool) -> None:
+    if as_json:
+        import json
+
+        print(json.dumps([figure.__dict__ for figure in figures], indent=2))
+    else:
+        print_table(title, figures)
+
+
+def start_oryxmem(
+    command: list[str], root: Path, log: Path, ready: bytes, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """`python -m oryxmem COMMAND` on a workspace, once its log says it is ready."""
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "oryxmem", *command],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "ORYXMEM_ROOT": str(root), **(env or {})},
+        )
+    deadline = time.monotonic() + 600
+    while ready not in log.read_bytes():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise RuntimeError(log.read_text())
+        time.sleep(0.01)
+    return proc
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=60)
+
+
+@contextmanager
+def scratch_workspace(prefix: str, name: str = "ws") -> Iterator[Path]:
+    """A fresh, initialized workspace on a real disk, removed afterwards."""
+    from oryxmem.config import default_config_text
+    from oryxmem.workspace import init_workspace
+
+    with scratch_dir(prefix) as folder:
+        root = Path(folder) / name
+        init_workspace(root, config_text=default_config_text())
+        yield root

@@ -6,40 +6,33 @@ Run: python -m bench.socket_bench [--saves 500] [--seconds 3] [--entries 100000]
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing
 import os
-import signal
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from bench.common import Figure, fsync_replace_floor_ms, percentile, print_table, scratch_dir
+from bench.common import (
+    Figure,
+    fsync_replace_floor_ms,
+    percentile,
+    report,
+    scratch_workspace,
+    start_oryxmem,
+    stop,
+)
 from oryxmem.client import Client
-from oryxmem.config import default_config_text
 from oryxmem.store.format import render_entry_line
-from oryxmem.workspace import Workspace, init_workspace
+from oryxmem.workspace import Workspace
 
 TS = "2026-11-30 10:00:00"
 
 
 def start_daemon(root: Path, sock: Path) -> subprocess.Popen[bytes]:
-    log = root / "daemon.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "oryxmem", "daemon"],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "ORYXMEM_ROOT": str(root), "ORYXMEM_SOCKET": str(sock)},
-        )
-    deadline = time.monotonic() + 600
-    while b"serving" not in log.read_bytes():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(log.read_text())
-        time.sleep(0.02)
-    return proc
+    env = {"ORYXMEM_SOCKET": str(sock)}
+    return start_oryxmem(["daemon"], root, root / "daemon.log", b"serving", env)
 
 
 def _saver(
@@ -91,9 +84,7 @@ def main(argv: list[str] | None = None) -> list[Figure]:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     figures: list[Figure] = []
-    with scratch_dir("oryxmem-socket-") as folder:
-        root = Path(folder) / "ws"
-        init_workspace(root, config_text=default_config_text())
+    with scratch_workspace("oryxmem-socket-") as root:
         workspace = Workspace(root)
         seed(workspace, "big", args.entries)
         sock = Path(f"/tmp/oryxmem-bench-{os.getpid()}.sock")
@@ -136,7 +127,7 @@ def main(argv: list[str] | None = None) -> list[Figure]:
                 context.append((time.perf_counter() - started) * 1000)
             p50 = statistics.median(context)
             figures.append(
-                Figure("context p50 (100,000-entry agent)", p50, "ms", "<= 2 ms", p50 <= 2)
+                Figure(f"context p50 ({args.entries}-entry agent)", p50, "ms", "<= 2 ms", p50 <= 2)
             )
             cli = []
             for _ in range(5):
@@ -159,12 +150,8 @@ def main(argv: list[str] | None = None) -> list[Figure]:
             figures.append(Figure("saves per group commit (mean)", health["saves"] / batches, "x"))
             client.close()
         finally:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=60)
-    if args.json:
-        print(json.dumps([f.__dict__ for f in figures], indent=2))
-    else:
-        print_table("socket benchmark", figures)
+            stop(proc)
+    report("socket benchmark", figures, args.json)
     return figures
 
 

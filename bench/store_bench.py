@@ -6,30 +6,27 @@ Run: python -m bench.store_bench [--sizes 1000,100000] [--json]
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 from bench.common import (
     Figure,
     fsync_replace_floor_ms,
     percentile,
-    print_table,
-    scratch_dir,
+    report,
+    scratch_workspace,
     time_calls,
 )
-from oryxmem.config import default_config_text
 from oryxmem.fileio import FileLock
 from oryxmem.store.base import LongTermMemoryStore, StoreLimits
 from oryxmem.store.db import connect, write_transaction
 from oryxmem.store.format import ARCHIVAL, NewEntry, render_entry_line
 from oryxmem.store.markdown import MarkdownMemoryStore
 from oryxmem.store.sqlite import SqliteMemoryStore, insert_entry
-from oryxmem.workspace import Workspace, init_workspace
+from oryxmem.workspace import Workspace
 
 TS = "2026-11-30 10:00:00"
 WORDS = [
@@ -77,9 +74,7 @@ def seed(workspace: Workspace, agent: str, count: int) -> None:
 
 
 def measure(count: int, repeat: int) -> list[Figure]:
-    with scratch_dir("oryxmem-bench-") as folder:
-        root = Path(folder)
-        init_workspace(root, config_text=default_config_text())
+    with scratch_workspace("oryxmem-bench-") as root:
         workspace = Workspace(root)
         floor = fsync_replace_floor_ms(root)
         agent = f"a{count}"
@@ -150,10 +145,7 @@ def main(argv: list[str] | None = None) -> list[Figure]:
     figures: list[Figure] = []
     for count in (int(size) for size in args.sizes.split(",")):
         figures += measure(count, args.repeat)
-    if args.json:
-        print(json.dumps([f.__dict__ for f in figures], indent=2))
-    else:
-        print_table("store benchmark", figures)
+    report("store benchmark", figures, args.json)
     return figures
 
 

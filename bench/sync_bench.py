@@ -9,43 +9,29 @@ come from this process, as an editor and another program would make them.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import signal
 import sqlite3
 import statistics
 import subprocess
-import sys
 import time
 from pathlib import Path
 
-from bench.common import Figure, percentile, print_table, scratch_dir
-from oryxmem.config import default_config_text
+from bench.common import (
+    Figure,
+    percentile,
+    report,
+    scratch_workspace,
+    start_oryxmem,
+    stop,
+)
 from oryxmem.store.format import render_entry_line
-from oryxmem.workspace import Workspace, init_workspace
+from oryxmem.workspace import Workspace
 
 TS = "2026-11-30 10:00:00"
 
 
 def start_watcher(root: Path, log: Path) -> subprocess.Popen[bytes]:
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "oryxmem", "sync", "--watch"],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "ORYXMEM_ROOT": str(root)},
-        )
-    deadline = time.monotonic() + 600
-    while b"watching" not in log.read_bytes():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(log.read_text())
-        time.sleep(0.01)
-    return proc
-
-
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.send_signal(signal.SIGTERM)
-    proc.wait(timeout=60)
+    return start_oryxmem(["sync", "--watch"], root, log, b"watching")
 
 
 def wait_for(condition: object, timeout: float = 10.0) -> float:
@@ -142,13 +128,9 @@ def main(argv: list[str] | None = None) -> list[Figure]:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     figures: list[Figure] = []
-    with scratch_dir("oryxmem-sync-") as folder:
-        root = Path(folder) / "latency"
-        init_workspace(root, config_text=default_config_text())
+    with scratch_workspace("oryxmem-sync-") as root:
         figures += latency(root, args.samples)
-    with scratch_dir("oryxmem-sync-") as folder:
-        root = Path(folder) / "many"
-        init_workspace(root, config_text=default_config_text())
+    with scratch_workspace("oryxmem-sync-") as root:
         seed_agents(Workspace(root), args.agents, args.entries)
         label = f"{args.agents} agents x {args.entries} entries"
         cold, proc = timed_start(root, root / "cold.log")
@@ -164,10 +146,7 @@ def main(argv: list[str] | None = None) -> list[Figure]:
             Figure(f"idle watcher CPU over {args.idle:.0f} s", cpu, "%", "< 1 %", cpu < 1)
         )
         figures.append(Figure("idle watcher RSS", rss, "MB", "<= 60 MB", rss <= 60))
-    if args.json:
-        print(json.dumps([f.__dict__ for f in figures], indent=2))
-    else:
-        print_table("sync benchmark", figures)
+    report("sync benchmark", figures, args.json)
     return figures
 
 

@@ -50,15 +50,22 @@ def insert_entry(db: Database, agent: str, addition: NewEntry, source: str) -> E
         [agent, key, addition.scope],
     ).fetchone()
     entry = Entry(addition.scope, addition.ts, addition.content, entry_id_for(key, ordinal))
+    insert_indexed_row(db, agent, entry, next_seq, source)
+    return entry
+
+
+def insert_indexed_row(db: Database, agent: str, entry: Entry, seq: int, source: str) -> int:
+    """One row with its id and position, and its casefolded text in the recall index."""
     row_id = db.execute(
         "INSERT INTO memory_entries(agent, scope, ts, content, entry_id, seq, source, indexed)"
         " VALUES (?, ?, ?, ?, ?, ?, ?, 1)",
-        [agent, entry.scope, entry.ts, entry.content, entry.entry_id, next_seq, source],
+        [agent, entry.scope, entry.ts, entry.content, entry.entry_id, seq, source],
     ).lastrowid
+    assert row_id is not None
     db.execute(
         "INSERT INTO memory_fts(rowid, folded) VALUES (?, ?)", [row_id, entry.content.casefold()]
     )
-    return entry
+    return row_id
 
 
 class SqliteMemoryStore(LongTermMemoryStore):

@@ -15,6 +15,7 @@ from sqlite_utils import Database
 
 from oryxmem.errors import OryxError
 from oryxmem.store.format import SCOPES, TIMESTAMP_RE, Entry, normalize_content
+from oryxmem.store.sqlite import insert_indexed_row
 from oryxmem.sync.reconcile import Plan, RowState, number_rows
 from oryxmem.workspace import agent_name_problem
 
@@ -347,17 +348,8 @@ def insert_rows(db: Database, agent: str, entries: Sequence[Entry], source: str)
         return
     next_seq = _next_seqs(db, agent)
     for entry in entries:
-        seq = next_seq[entry.scope]
+        insert_indexed_row(db, agent, entry, next_seq[entry.scope], source)
         next_seq[entry.scope] += 1
-        row_id = db.execute(
-            "INSERT INTO memory_entries(agent, scope, ts, content, entry_id, seq, source, indexed)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, 1)",
-            [agent, entry.scope, entry.ts, entry.content, entry.entry_id, seq, source],
-        ).lastrowid
-        db.execute(
-            "INSERT INTO memory_fts(rowid, folded) VALUES (?, ?)",
-            [row_id, entry.content.casefold()],
-        )
 
 
 def _next_seqs(db: Database, agent: str) -> dict[str, int]:
