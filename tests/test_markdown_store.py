@@ -132,16 +132,20 @@ def test_non_utf8_file_is_reported_and_left_alone(tmp_path: Path) -> None:
     assert store.path.read_bytes().endswith(b"\xff\xfe\n")
 
 
+def crash_mid_append(store: MarkdownMemoryStore, line: bytes, written: int) -> None:
+    """What a crash mid-append leaves: the journaled intent, and `written` bytes of the line."""
+    size = store.path.stat().st_size
+    with store.lock.hold():
+        store.lock.write_intent(AppendIntent(store.path.stat().st_ino, size, line))
+    with open(store.path, "ab") as handle:
+        handle.write(line[:written])
+
+
 def test_a_torn_append_is_completed_from_the_journal_not_read_as_an_entry(tmp_path: Path) -> None:
     store = open_store(tmp_path)
     store.append("before the crash")
     line = f"- [{TS}] the line being written when the power failed\n".encode()
-    size = store.path.stat().st_size
-    # What a crash mid-append leaves: the journaled intent, and part of the line.
-    with store.lock.hold():
-        store.lock.write_intent(AppendIntent(store.path.stat().st_ino, size, line))
-    with open(store.path, "ab") as handle:
-        handle.write(line[:17])
+    crash_mid_append(store, line, 17)
     fresh = open_store(tmp_path)
     contents = [e.content for e in fresh.entries()[1]]
     assert contents == ["before the crash", "the line being written when the power failed"]
@@ -154,11 +158,7 @@ def test_a_finished_append_with_a_stale_journal_is_left_as_is(tmp_path: Path) ->
     store = open_store(tmp_path)
     store.append("one")
     line = f"- [{TS}] two\n".encode()
-    size = store.path.stat().st_size
-    with store.lock.hold():
-        store.lock.write_intent(AppendIntent(store.path.stat().st_ino, size, line))
-    with open(store.path, "ab") as handle:
-        handle.write(line)
+    crash_mid_append(store, line, len(line))  # written whole; the journal was not cleared
     fresh = open_store(tmp_path)
     assert [e.content for e in fresh.entries()[1]] == ["one", "two"]
     assert fresh.repairs == ["complete"]
