@@ -25,7 +25,7 @@ from oryxmem.errors import DaemonUnavailableError, OryxError
 from oryxmem.payloads import agents_data, context_data, memory_data, recall_data, save_data
 from oryxmem.service import MemoryService
 from oryxmem.store.format import ARCHIVAL, SCOPES, escape_content
-from oryxmem.workspace import init_workspace, open_workspace
+from oryxmem.workspace import init_workspace, open_workspace, resolve_agent
 
 F = TypeVar("F", bound=Callable[..., Any])
 EXIT_ERROR = 1
@@ -57,6 +57,19 @@ class Context:
                 self._client = Client(path)
         return self._client
 
+    def agent(self, name: str | None) -> str | None:
+        """The agent to use: an unsafe name falls back to the global file, with a warning,
+        the same with or without a daemon (whose URL routes refuse unsafe names)."""
+        if name is None:
+            return None
+        ref = resolve_agent(open_workspace(self.root), name)
+        if ref.fell_back:
+            click.echo(
+                f"oryxmem: warning: {ref.fallback_reason}; using the global memory file", err=True
+            )
+            return None
+        return name
+
     def call(self, remote: Callable[[Client], Any], local: Callable[[MemoryService], Any]) -> Any:
         """Ask the daemon when it runs; use the stores directly (same locks) when not."""
         client = self.client()
@@ -79,11 +92,6 @@ pass_context = click.make_pass_decorator(Context)
 
 def describe(agent: str) -> str:
     return f"agent {agent!r}" if agent else "the global memory file"
-
-
-def warn_fallback(data: dict[str, Any]) -> None:
-    if data.get("fallback"):
-        click.echo(f"oryxmem: warning: {data['fallback']}; using the global memory file", err=True)
 
 
 def display_width(text: str) -> int:
@@ -157,13 +165,13 @@ def init(ctx: Context, git: bool) -> None:
 @pass_context
 def save(ctx: Context, agent: str | None, scope: str, content: str, as_json: bool) -> None:
     """Save CONTENT as a new entry ('-' reads it from stdin)."""
+    agent = ctx.agent(agent)
     if content == "-":
         content = sys.stdin.read()
     data = ctx.call(
         lambda client: client.save(agent, content, scope),
         lambda service: save_data(service.save(agent, content, scope, source="cli")),
     )
-    warn_fallback(data)
     if as_json:
         emit_json(data)
         return
@@ -179,11 +187,11 @@ def save(ctx: Context, agent: str | None, scope: str, content: str, as_json: boo
 @pass_context
 def recall(ctx: Context, agent: str | None, keyword: str, as_json: bool) -> None:
     """Print archival entries containing KEYWORD (any case), oldest first."""
+    agent = ctx.agent(agent)
     data = ctx.call(
         lambda client: client.recall(agent, keyword),
         lambda service: recall_data(service.recall(agent, keyword)),
     )
-    warn_fallback(data)
     if as_json:
         emit_json(data)
         return
@@ -210,10 +218,10 @@ def _table(title: str, entries: list[dict[str, Any]]) -> list[str]:
 @pass_context
 def show(ctx: Context, agent: str | None, as_json: bool) -> None:
     """Show every entry, as two tables: 核心记忆 (core) and 归档记忆 (archival)."""
+    agent = ctx.agent(agent)
     data = ctx.call(
         lambda client: client.memory(agent), lambda service: memory_data(service.get(agent))
     )
-    warn_fallback(data)
     if as_json:
         emit_json(data)
         return
@@ -228,6 +236,7 @@ def show(ctx: Context, agent: str | None, as_json: bool) -> None:
 @pass_context
 def context(ctx: Context, agent: str | None, as_json: bool) -> None:
     """Print the memory block injected into the agent's prompt."""
+    agent = ctx.agent(agent)
     data = ctx.call(
         lambda client: client.context(agent),
         lambda service: context_data(service, agent),

@@ -412,3 +412,18 @@ def test_a_socket_in_a_shared_directory_leaves_its_mode_alone(
         assert stat.S_IMODE(shared.stat().st_mode) == 0o1777
         assert stat.S_IMODE(sock.stat().st_mode) == 0o600
         assert running.curl("http://x/api/v1/health")[0] == 200
+
+
+def test_cli_through_the_daemon_falls_back_on_unsafe_names_like_without(
+    workspace: Workspace, running: RunningDaemon
+) -> None:
+    from conftest import run_cli
+
+    done = run_cli("save", "--agent", "../x", "where does this go?")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("saved to the global memory file")
+    assert "warning: unsafe agent name '../x'" in done.stderr
+    assert "where does this go?" in workspace.memory_path("").read_text()
+    assert (
+        run_cli("recall", "--agent", "../x", "where").stdout.strip().endswith("where does this go?")
+    )
