@@ -134,3 +134,25 @@ def test_sessions_written_elsewhere_are_readable(tmp_path: Path) -> None:
         "INSERT INTO sessions(id, agent, created_at, updated_at) VALUES ('s1', 'coder', 'now', 'now')",
     )
     assert shell(path, "SELECT messages_json FROM sessions").strip() == "[]"
+
+
+def test_opening_a_new_database_while_another_connection_writes_to_it(tmp_path: Path) -> None:
+    """Regression: the daemon's threads opened a fresh database together; switching it
+    to WAL while the other held a write lock failed with 'database is locked' (SQLite
+    does not wait for a journal-mode change the way busy_timeout waits for writes)."""
+    import sqlite3
+    import threading
+    import time
+
+    path = tmp_path / "oryxos.db"
+    other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    other.execute("CREATE TABLE first_writer (x)")
+    other.execute("BEGIN IMMEDIATE")  # a write in progress, still in rollback-journal mode
+    other.execute("INSERT INTO first_writer VALUES (1)")
+    threading.Timer(0.3, lambda: other.execute("COMMIT")).start()
+    started = time.monotonic()
+    db = connect(path)
+    assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert time.monotonic() - started >= 0.25, "it waited for the writer"
+    db.close()
+    other.close()

@@ -27,6 +27,7 @@ from oryxmem.daemon.notify import notify, watchdog_interval
 from oryxmem.daemon.worker import MemoryWorker
 from oryxmem.errors import DaemonAlreadyRunningError
 from oryxmem.service import MemoryService, close_stores
+from oryxmem.store.db import connect
 from oryxmem.store.markdown import MarkdownMemoryStore
 from oryxmem.sync.engine import AgentReport
 from oryxmem.sync.watcher import SyncWatcher
@@ -75,6 +76,7 @@ class Daemon:
         else:
             self.socket_path = sockets.socket_path(self.workspace, self.config)
             sock = sockets.bind(self.socket_path)
+        connect(self.workspace.db_path).close()  # create and migrate it once, before the threads
         stores: dict[str, MarkdownMemoryStore] = {}
         self.watcher = SyncWatcher(self.workspace, markdown_stores=stores, on_report=_log_report)
         service = MemoryService(self.workspace, self.config, markdown_stores=stores)

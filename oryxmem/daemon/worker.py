@@ -21,7 +21,7 @@ from oryxmem.errors import MemoryFileConflictedError, OryxError
 from oryxmem.fileio import ConcurrentChange
 from oryxmem.service import MemoryService, SaveResult
 from oryxmem.store.format import Entry, NewEntry
-from oryxmem.store.markdown import MarkdownMemoryStore
+from oryxmem.store.markdown import MarkdownMemoryStore, StatKey
 from oryxmem.sync.engine import SyncEngine
 from oryxmem.workspace import AgentRef
 
@@ -134,7 +134,7 @@ class MemoryWorker:
         if not ready:
             return
         try:
-            entries = self._write(agent, store, ready)
+            entries, before, after = self._write(store, ready)
         except MemoryFileConflictedError:
             for job, _ in ready:
                 self._settle(
@@ -152,13 +152,17 @@ class MemoryWorker:
             return
         self.batches += 1
         self.saves += len(entries)
+        # Durable in MEMORY.md: acknowledge now. The rows are derived; mirroring them
+        # after the replies go out lets the clients send their next saves meanwhile.
+        # This thread finishes the mirror before it takes any other job.
         for (job, _), entry in zip(ready, entries, strict=True):
             job.future.set_result(SaveResult(job.ref, entry))
+        self._mirror(agent, entries, before, after, ready[0][0].source)
 
     def _write(
-        self, agent: str, store: MarkdownMemoryStore, ready: list[tuple[_Save, Entry]]
-    ) -> list[Entry]:
-        """One durable write of the whole group, then its mirror in the rows."""
+        self, store: MarkdownMemoryStore, ready: list[tuple[_Save, Entry]]
+    ) -> tuple[list[Entry], StatKey | None, StatKey | None]:
+        """One durable write of the whole group: (entries, stat before, stat after)."""
         additions = [NewEntry(e.scope, e.ts, e.content) for _, e in ready]
         with store.lock.hold():
             for _ in range(5):
@@ -171,13 +175,22 @@ class MemoryWorker:
             else:
                 raise ConcurrentChange(store.path)
             _, after = store.current_locked()
+        return entries, before, after
+
+    def _mirror(
+        self,
+        agent: str,
+        entries: list[Entry],
+        before: StatKey | None,
+        after: StatKey | None,
+        source: str,
+    ) -> None:
+        """The saved entries into the rows at once when the agent was in sync; else sync soon."""
         mirrored = False
         if after is not None:
             try:
-                source = ready[0][0].source
                 mirrored = self.engine.record_saves(agent, entries, before, after, source)
-            except Exception:  # the file has them: sync will mirror them; never lose the ack
+            except Exception:  # the file has them; sync mirrors them. The ack stands.
                 log.exception("mirroring saves of %s failed; sync will catch up", agent)
         if not mirrored:
             self.on_saved(agent)  # the rows lag behind the file: reconcile soon
-        return entries

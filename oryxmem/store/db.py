@@ -9,6 +9,7 @@ sees writes made by other processes.
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -219,8 +220,7 @@ def connect(path: Path) -> Database:
         )
         db = Database(conn, recursive_triggers=False)
         db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        if db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
-            db.execute("PRAGMA journal_mode = WAL")
+        _use_wal(db)
         db.execute("PRAGMA synchronous = FULL")
         db.execute("PRAGMA foreign_keys = ON")
         if migrations.pending(db):
@@ -229,6 +229,19 @@ def connect(path: Path) -> Database:
     except sqlite3.Error as error:
         raise StorageError(f"could not open the database {path}: {error}") from error
     return db
+
+
+def _use_wal(db: Database) -> None:
+    """Switch to WAL once. The switch needs a moment alone with a new database file,
+    and SQLite does not wait for that with busy_timeout: retry within it instead."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    while db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+        try:
+            db.execute("PRAGMA journal_mode = WAL")
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
 
 
 @contextmanager
