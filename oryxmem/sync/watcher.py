@@ -1,10 +1,10 @@
 """Turns hints into "reconcile this agent soon": file events, database writes, a rescan.
 
-- watchdog events under ``.oryxos/agents/`` and ``.oryxos/memory/``, debounced
-  per agent (an editor's save is several events);
-- a write to the database by another process: the WAL file changes (an event)
-  and ``PRAGMA data_version`` moves (checked on that event and twice a second);
-  the ``memory_changes`` rows then say which agents;
+- watchdog events under ``.oryxos/agents/`` and ``.oryxos/memory/`` (a file
+  created, moved, deleted, or closed after a write), debounced per agent;
+- a write to the database by another process: ``PRAGMA data_version`` moves
+  (checked 20 times a second, a counter read); the ``memory_changes`` rows
+  then say which agents;
 - catch-up at start, and a jittered periodic rescan, because inotify drops
   events under load.
 
@@ -23,7 +23,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from watchdog.events import FileSystemEvent, FileSystemEventHandler
+from watchdog.events import (
+    DirCreatedEvent,
+    DirDeletedEvent,
+    DirMovedEvent,
+    FileClosedEvent,
+    FileCreatedEvent,
+    FileDeletedEvent,
+    FileMovedEvent,
+    FileSystemEvent,
+    FileSystemEventHandler,
+)
 from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver
 from watchdog.observers.polling import PollingObserver
@@ -42,7 +52,20 @@ T = TypeVar("T")
 DEBOUNCE_SECONDS = 0.03  # quiet time after an event before reconciling
 MAX_DELAY_SECONDS = 0.3  # a stream of events waits no longer than this
 RETRY_SECONDS = 0.5  # after "git is busy" or a file that kept changing
-DB_POLL_SECONDS = 0.5
+# PRAGMA data_version reads a counter in shared memory: checking it 20 times a second
+# costs next to nothing, and unlike watching the WAL file it is not woken by our own commits.
+DB_POLL_SECONDS = 0.05
+# What sync needs to hear about; opens, reads and every single write are left out, so the
+# kernel does not even send them (our own appends and reads would otherwise wake us).
+WATCHED_EVENTS: list[type[FileSystemEvent]] = [
+    FileCreatedEvent,
+    FileDeletedEvent,
+    FileMovedEvent,
+    FileClosedEvent,
+    DirCreatedEvent,
+    DirDeletedEvent,
+    DirMovedEvent,
+]
 RESCAN_SECONDS = 30.0
 
 
@@ -67,15 +90,10 @@ class _Events(FileSystemEventHandler):
         self.watcher = watcher
 
     def on_any_event(self, event: FileSystemEvent) -> None:
-        if event.event_type in ("opened", "closed_no_write"):
-            return
         for raw in (event.src_path, getattr(event, "dest_path", "")):
             if not raw:
                 continue
             path = raw.decode() if isinstance(raw, bytes) else raw
-            if path.endswith("oryxos.db-wal"):
-                self.watcher.hint_database()
-                continue
             agent = agent_for_path(self.watcher.workspace, path)
             if agent is not None:
                 self.watcher.schedule(agent)
@@ -104,7 +122,6 @@ class SyncWatcher:
         self.observer: BaseObserver | None = None
         self.polling = False
         self._due: dict[str, tuple[float, float]] = {}  # agent -> (due at, first hint at)
-        self._db_hint = False
         self._lock = threading.Condition()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -119,11 +136,6 @@ class SyncWatcher:
         with self._lock:
             _, first = self._due.get(agent, (0.0, now))
             self._due[agent] = (min(now + delay, first + MAX_DELAY_SECONDS), first)
-            self._lock.notify()
-
-    def hint_database(self) -> None:
-        with self._lock:
-            self._db_hint = True
             self._lock.notify()
 
     # --- life -------------------------------------------------------------------
@@ -142,9 +154,13 @@ class SyncWatcher:
             kinds.insert(0, Observer)  # inotify; polling when the kernel's limits are hit
         for kind in kinds:
             observer = kind()
-            observer.schedule(handler, str(self.workspace.agents_dir), recursive=True)
-            observer.schedule(handler, str(self.workspace.global_memory_dir), recursive=False)
-            observer.schedule(handler, str(self.workspace.os_dir), recursive=False)
+            for folder, recursive in (
+                (self.workspace.agents_dir, True),
+                (self.workspace.global_memory_dir, False),
+            ):
+                observer.schedule(
+                    handler, str(folder), recursive=recursive, event_filter=WATCHED_EVENTS
+                )
             try:
                 observer.start()
             except OSError as error:
@@ -184,14 +200,13 @@ class SyncWatcher:
         while not self._stop.is_set():
             with self._lock:
                 wake = min([next_rescan, next_poll, *(at for at, _ in self._due.values())])
-                if not self._db_hint and wake > time.monotonic():
+                if wake > time.monotonic():
                     self._lock.wait(timeout=wake - time.monotonic())
                 now = time.monotonic()
                 due = [agent for agent, (at, _) in self._due.items() if at <= now]
                 for agent in due:
                     del self._due[agent]
-                db_hint, self._db_hint = self._db_hint, False
-            if db_hint or now >= next_poll:
+            if now >= next_poll:
                 next_poll = now + DB_POLL_SECONDS
                 version = self._data_version()
                 if version != data_version:  # another connection committed
