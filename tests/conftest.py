@@ -11,10 +11,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from oryxmem.config import Config, default_config_text
 from oryxmem.service import MemoryService
 from oryxmem.workspace import Workspace, init_workspace
+
+# No per-example deadline: a loaded CI machine must not turn a slow example into a failure.
+settings.register_profile("oryxmem", deadline=None, print_blob=True)
+settings.load_profile("oryxmem")
 
 # The realistic MEMORY.md files of ../shared/samples, vendored so a lone clone can test.
 SAMPLES = Path(__file__).resolve().parent / "samples"
