@@ -58,6 +58,9 @@ class MarkdownMemoryStore(LongTermMemoryStore):
         self.lock = lock
         self._cached: _Cached | None = None
         self.repairs: list[str] = []  # what lock-time repairs found, for status and logs
+        # The stat of the file as our own last write left it: a file event whose file
+        # still has exactly this stat is the echo of that write, not news.
+        self.written_key: StatKey | None = None
 
     # --- reading -------------------------------------------------------------
 
@@ -181,7 +184,7 @@ class MarkdownMemoryStore(LongTermMemoryStore):
             return added
         info = append_durably(self.path, tail.encode(), self.lock, key[1])
         record_appended_many(cached.doc, tail, added)
-        cached.key = stat_key(info)
+        cached.key = self.written_key = stat_key(info)
         return added
 
     def _rewrite_locked(
@@ -204,6 +207,7 @@ class MarkdownMemoryStore(LongTermMemoryStore):
 
         info = atomic_write(self.path, text.encode("utf-8"), before_replace=still_as_read)
         self._cached = _Cached(stat_key(info), parse(text))
+        self.written_key = stat_key(info)
 
     def clean_temp_files(self) -> list[Path]:
         with self.lock.hold():

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 import random
 import threading
 import time
@@ -41,7 +42,7 @@ from watchdog.observers.polling import PollingObserver
 from oryxmem.config import Config
 from oryxmem.service import MemoryService
 from oryxmem.store.db import write_transaction
-from oryxmem.store.markdown import MarkdownMemoryStore
+from oryxmem.store.markdown import MarkdownMemoryStore, stat_key
 from oryxmem.sync import table
 from oryxmem.sync.engine import AgentReport, SyncEngine
 from oryxmem.workspace import GLOBAL_AGENT, Workspace
@@ -95,7 +96,7 @@ class _Events(FileSystemEventHandler):
                 continue
             path = raw.decode() if isinstance(raw, bytes) else raw
             agent = agent_for_path(self.watcher.workspace, path)
-            if agent is not None:
+            if agent is not None and not self.watcher.is_own_write(agent, event):
                 self.watcher.schedule(agent)
 
 
@@ -130,6 +131,21 @@ class SyncWatcher:
         self.reconciles = 0
 
     # --- hints ------------------------------------------------------------------
+
+    def is_own_write(self, agent: str, event: FileSystemEvent) -> bool:
+        """Is this the file event of a write this process just made (an append, a rewrite)?
+        Only when the file still has exactly the stat that write left: any other writer
+        changes it. Skipping these keeps a save from waking the sync thread."""
+        if event.event_type != "closed":
+            return False
+        store = self.service.markdown_store(agent)
+        written = store.written_key
+        if written is None:
+            return False
+        try:
+            return stat_key(os.stat(store.path)) == written
+        except FileNotFoundError:
+            return False
 
     def schedule(self, agent: str, delay: float = DEBOUNCE_SECONDS) -> None:
         now = time.monotonic()
