@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
@@ -137,20 +138,29 @@ def agent_name_problem(name: str) -> str | None:
 
 
 def check_agent_name(workspace: Workspace, name: str) -> str | None:
-    """Why this agent may not be used in this workspace, or None when it may."""
+    """Why this agent may not be used in this workspace, or None when it may.
+
+    A valid name is one path segment (no '/', not '.' or '..'), so the only way
+    out of .oryxos/agents/ is a symbolic link: one lstat of the directory and one
+    of its MEMORY.md tell, no path resolution needed (a rescan checks every agent).
+    """
     problem = agent_name_problem(name)
     if problem:
         return problem
     agent_dir = workspace.agents_dir / name
-    if agent_dir.is_symlink():
+    try:
+        info = os.lstat(agent_dir)
+    except FileNotFoundError:
+        return None
+    if stat.S_ISLNK(info.st_mode):
         return "its directory is a symbolic link"
-    agents_real = workspace.agents_dir.resolve()
-    if agent_dir.resolve().parent != agents_real:
-        return "its directory resolves outside .oryxos/agents/"
-    if (agent_dir / MEMORY_FILE).is_symlink():
-        return "its MEMORY.md is a symbolic link"
-    if agent_dir.exists() and not agent_dir.is_dir():
+    if not stat.S_ISDIR(info.st_mode):
         return "its path exists and is not a directory"
+    try:
+        if stat.S_ISLNK(os.lstat(agent_dir / MEMORY_FILE).st_mode):
+            return "its MEMORY.md is a symbolic link"
+    except FileNotFoundError:
+        pass
     return None
 
 

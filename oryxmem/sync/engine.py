@@ -120,7 +120,8 @@ class SyncEngine:
                 "SELECT agent, size, mtime_ns, inode, status FROM sync_state"
             )
         }
-        for agent in self.known_agents():
+        known = self.known_agents()  # safe names only
+        for agent in known:
             try:
                 info = os.stat(self.workspace.memory_path(agent))
                 now: tuple[int | None, ...] = (info.st_size, info.st_mtime_ns, info.st_ino)
@@ -128,7 +129,8 @@ class SyncEngine:
                 now = (None, None, None)
             if agreed.get(agent) != now:
                 due.add(agent)
-        return sorted(name for name in due if self._safe(name))
+        safe = set(known)
+        return sorted(name for name in due if name in safe or self._safe(name))
 
     def _safe(self, agent: str) -> bool:
         return agent == GLOBAL_AGENT or check_agent_name(self.workspace, agent) is None
