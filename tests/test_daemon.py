@@ -427,3 +427,19 @@ def test_cli_through_the_daemon_falls_back_on_unsafe_names_like_without(
     assert (
         run_cli("recall", "--agent", "../x", "where").stdout.strip().endswith("where does this go?")
     )
+
+
+def test_default_socket_path(workspace: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
+    from oryxmem.config import Config
+    from oryxmem.daemon.sockets import socket_path
+
+    config = Config.load(workspace.config_path)
+    monkeypatch.delenv("ORYXMEM_SOCKET")
+    monkeypatch.setenv("XDG_RUNTIME_DIR", "/run/user/1000")
+    expected = Path(f"/run/user/1000/oryxmem/{workspace.workspace_id}.sock")
+    assert socket_path(workspace, config) == expected
+    monkeypatch.delenv("XDG_RUNTIME_DIR")
+    expected = Path(f"/tmp/oryxmem-{os.getuid()}/{workspace.workspace_id}.sock")
+    assert socket_path(workspace, config) == expected
+    monkeypatch.setenv("ORYXMEM_SOCKET", "/tmp/elsewhere.sock")
+    assert socket_path(workspace, config) == Path("/tmp/elsewhere.sock")

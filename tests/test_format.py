@@ -21,7 +21,7 @@ from oryxmem.store.format import (
     normalize_content,
     parse,
     plan_entries,
-    record_appended,
+    record_appended_many,
     split_physical_lines,
     unescape_content,
 )
@@ -301,7 +301,7 @@ def test_record_appended_matches_a_fresh_parse() -> None:
         tail = append_at_end(doc, [addition])
         assert tail is not None
         expected = parse(doc.text + tail)
-        record_appended(doc, tail, plan_entries(doc, [addition])[0])
+        record_appended_many(doc, tail, plan_entries(doc, [addition]))
         assert doc.text == expected.text
         assert doc.archival == expected.archival
         assert doc.entry_lines == expected.entry_lines

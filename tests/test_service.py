@@ -157,3 +157,23 @@ def test_closing_a_service_left_shared_stores_open_for_other_threads(workspace: 
         MemoryService(workspace, config, markdown_stores=shared).close()
         assert store.lock._fd is not None  # still open: the unlock below must work
     assert shared, "shared stores are closed by their owner, not by a borrower"
+
+
+def test_timestamps_follow_memory_timezone(
+    workspace: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import time
+
+    monkeypatch.setenv("TZ", "Asia/Shanghai")  # UTC+8: local and UTC differ by hours
+    time.tzset()
+    try:
+        for zone, convert in (("local", time.localtime), ("UTC", time.gmtime)):
+            set_value(workspace.config_path, "memory.timezone", zone)
+            service = MemoryService(workspace, Config.load(workspace.config_path))
+            before = time.strftime("%Y-%m-%d %H:%M:%S", convert())
+            entry = service.save("coder", f"when, in {zone}?").entry
+            after = time.strftime("%Y-%m-%d %H:%M:%S", convert())
+            assert entry.ts is not None and before <= entry.ts <= after, zone
+    finally:
+        monkeypatch.undo()
+        time.tzset()

@@ -34,7 +34,7 @@ from oryxmem.errors import (
     UnsafeAgentNameError,
 )
 from oryxmem.payloads import agents_data, context_data, memory_data, recall_data, save_data
-from oryxmem.service import MemoryService
+from oryxmem.service import MemoryService, footprint_line
 from oryxmem.store.format import ARCHIVAL
 from oryxmem.workspace import GLOBAL_AGENT, AgentRef, check_agent_name
 
@@ -209,14 +209,9 @@ async def trigger(request: web.Request) -> Any:
     user_message = text_field(body, "user_message", "")
     reply = text_field(body, "reply", "")
 
-    def record(service: MemoryService) -> Any:
-        from oryxmem.service import footprint_line
-
-        line = footprint_line(user_message, reply, service.config.footprint_max_chars)
-        return line
-
-    line = await run(request, record)
-    result = await asyncio.wrap_future(request.app[WORKER].save(ref, line, ARCHIVAL, "socket"))
+    worker = request.app[WORKER]
+    line = footprint_line(user_message, reply, worker.service.config.footprint_max_chars)
+    result = await asyncio.wrap_future(worker.save(ref, line, ARCHIVAL, "socket"))
     return save_data(result)
 
 

@@ -358,11 +358,6 @@ def append_at_end(doc: MemoryDocument, additions: Sequence[NewEntry]) -> str | N
     return prefix + "".join(lines)
 
 
-def record_appended(doc: MemoryDocument, appended_text: str, entry: Entry) -> None:
-    """Update doc in place after append_at_end's text was written to the file."""
-    record_appended_many(doc, appended_text, [entry])
-
-
 def record_appended_many(doc: MemoryDocument, appended_text: str, entries: Sequence[Entry]) -> None:
     """Update doc in place after the text of these entries was appended to the file."""
     if not doc.ends_with_newline:

@@ -145,16 +145,6 @@ class MarkdownMemoryStore(LongTermMemoryStore):
                     self.forget()
         raise ConcurrentChange(self.path)
 
-    def edit(self, additions: Sequence[NewEntry], removals: Collection[str]) -> list[Entry]:
-        """Add and remove entries in one write; returns the added entries with their ids."""
-        with self.lock.hold():
-            for _ in range(_MAX_RETRIES):
-                try:
-                    return self.edit_locked(additions, removals)
-                except ConcurrentChange:
-                    self.forget()
-        raise ConcurrentChange(self.path)
-
     # --- for callers that hold the lock across a longer operation (sync) ------
 
     def forget(self) -> None:

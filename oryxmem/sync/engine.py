@@ -225,9 +225,8 @@ class SyncEngine:
                     stat_now = (key[0], key[1], key[2]) if key else (None, None, None)
                     settled = (
                         state is not None
-                        and state.status == "ok"
-                        and not table.has_pending_changes(self.db, agent, state.change_seq)
                         and not report.quarantined
+                        and table.is_current(self.db, state)
                     )
                     if settled and state and stat_now == (state.inode, state.size, state.mtime_ns):
                         report.status = "unchanged"  # the echo of our own write, or a rescan
@@ -291,14 +290,15 @@ class SyncEngine:
         """
         with write_transaction(self.db):
             stat_before = (before[0], before[1], before[2]) if before else (None, None, None)
-            if table.read_state(self.db, agent, with_agreed=False) is None:
+            state = table.read_state(self.db, agent, with_agreed=False)
+            if state is None:
                 # A new agent: in sync if neither side has anything yet.
                 has_rows = self.db.execute(
                     "SELECT 1 FROM memory_entries WHERE agent = ? LIMIT 1", [agent]
                 ).fetchone()
                 in_sync = before is None and has_rows is None
             else:
-                in_sync = table.is_settled(self.db, agent, stat_before)
+                in_sync = table.is_current(self.db, state, stat_before)
             table.record_history_rows(
                 self.db, [table.history_row(agent, "add", source, entry) for entry in entries]
             )

@@ -32,13 +32,6 @@ class RowState:
     entry: Entry  # its current scope, ts and content, with the id they give
 
 
-@dataclass(frozen=True)
-class Protection:
-    """A recent entry from the socket or the database the file dropped: restore it once."""
-
-    entry_id: str
-
-
 @dataclass
 class Plan:
     """What reconcile decided. Applying it to both sides makes them agree on ``agreed``."""

@@ -149,15 +149,23 @@ def read_state(db: Database, agent: str, *, with_agreed: bool = True) -> SyncSta
     return SyncState(agent_, path, size, mtime_ns, inode, sha, agreed, status, detail, change_seq)
 
 
-def is_settled(db: Database, agent: str, stat: tuple[int | None, int | None, int | None]) -> bool:
-    """Is the agent in sync with its file as it is now, (inode, size, mtime_ns)? Cheap."""
-    state = read_state(db, agent, with_agreed=False)
+FileStat = tuple[int | None, int | None, int | None]  # (inode, size, mtime_ns)
+
+
+def is_current(db: Database, state: SyncState, stat: FileStat | None = None) -> bool:
+    """Does the agreed state still hold: status ok, no row changed since, and (when
+    given) the file still has the stat it had then?"""
     return (
-        state is not None
-        and state.status == "ok"
-        and stat == (state.inode, state.size, state.mtime_ns)
-        and not has_pending_changes(db, agent, state.change_seq)
+        state.status == "ok"
+        and (stat is None or stat == (state.inode, state.size, state.mtime_ns))
+        and not has_pending_changes(db, state.agent, state.change_seq)
     )
+
+
+def is_settled(db: Database, agent: str, stat: FileStat) -> bool:
+    """Is the agent in sync with its file as it is now? Cheap: no id list is read."""
+    state = read_state(db, agent, with_agreed=False)
+    return state is not None and is_current(db, state, stat)
 
 
 def write_state(db: Database, state: SyncState, previous: Sequence[str] | None = None) -> None:
@@ -275,20 +283,11 @@ def record_history(
     scope: str | None = None,
     content: Any = None,
 ) -> None:
-    db.execute(
-        "INSERT INTO memory_history(agent, op, source, scope, entry_id, ts, content, detail)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        [
-            agent,
-            op,
-            source,
-            entry.scope if entry else scope,
-            entry.entry_id if entry else None,
-            entry.ts if entry else None,
-            entry.content if entry else _text(content),
-            detail,
-        ],
-    )
+    """One history event; without an entry (a quarantined row), its scope and content."""
+    if entry is not None:
+        record_history_rows(db, [history_row(agent, op, source, entry, detail)])
+    else:
+        record_history_rows(db, [(agent, op, source, scope, None, None, _text(content), detail)])
 
 
 def index_rows(db: Database, agent: str) -> int:
