@@ -4,7 +4,9 @@ A rewrite goes to a temp file in the same directory, is fsynced, replaces the
 original with ``os.replace`` and the directory is fsynced, keeping the mode.
 An append in place is first written, fsynced, into an intent journal kept in
 the lock file, so that a line torn by a crash is repaired from that record at
-the next lock instead of being read as an entry.
+the next lock instead of being read as an entry. The journal is overwritten in
+place and cleared by spoiling its first byte: its blocks stay allocated, so its
+fdatasync writes one data block and no metadata.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import os
 import secrets
 import stat
 import threading
+import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -105,20 +108,30 @@ class AppendIntent:
     data: bytes
 
     def to_bytes(self) -> bytes:
-        header = {"inode": self.inode, "offset": self.offset, "length": len(self.data)}
+        header = {
+            "inode": self.inode,
+            "offset": self.offset,
+            "length": len(self.data),
+            "crc32": zlib.crc32(self.data),
+        }
         return json.dumps(header).encode() + b"\n" + self.data
 
     @classmethod
     def from_bytes(cls, raw: bytes) -> AppendIntent | None:
-        header, sep, data = raw.partition(b"\n")
-        if not sep:
+        """The record at the start of raw (older, longer records may follow it);
+        None for a cleared, torn or foreign one."""
+        header, sep, rest = raw.partition(b"\n")
+        if not sep or not header.startswith(b"{"):
             return None
         try:
             fields = json.loads(header)
-            intent = cls(int(fields["inode"]), int(fields["offset"]), data)
+            length, crc = int(fields["length"]), int(fields["crc32"])
+            intent = cls(int(fields["inode"]), int(fields["offset"]), rest[:length])
         except (ValueError, KeyError, TypeError):
             return None
-        return intent if len(data) == int(fields["length"]) else None
+        if len(intent.data) != length or zlib.crc32(intent.data) != crc:
+            return None
+        return intent
 
 
 def repair_torn_append(path: Path, intent: AppendIntent) -> str:
@@ -185,13 +198,15 @@ class FileLock:
     def write_intent(self, intent: AppendIntent) -> None:
         assert self._fd is not None, "hold the lock first"
         payload = intent.to_bytes()
-        os.ftruncate(self._fd, 0)
-        os.pwrite(self._fd, payload, 0)
+        if os.pwrite(self._fd, payload, 0) != len(payload):
+            raise OSError(errno.ENOSPC, "short write to the append journal")
         os.fdatasync(self._fd)
 
     def clear_intent(self) -> None:
+        """Spoil the record's first byte. Not synced: a record that outlives a crash
+        describes an append that completed, which the repair finds and leaves."""
         assert self._fd is not None, "hold the lock first"
-        os.ftruncate(self._fd, 0)
+        os.pwrite(self._fd, b"-", 0)
 
     def close(self) -> None:
         if self._fd is not None:
@@ -199,38 +214,81 @@ class FileLock:
             self._fd = None
 
 
-def append_durably(path: Path, data: bytes, lock: FileLock, expected_size: int) -> os.stat_result:
-    """Append data at the end of path (which must still be expected_size bytes) and fsync.
+class AppendHandle:
+    """A file kept open for appending, reopened whenever the path names another inode.
+
+    Keeping it open saves an open and a close per save, and a close-after-write
+    file event that every watcher of the directory would otherwise wake for.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd: int | None = None
+
+    def fd_for(self, inode: int) -> int:
+        """An fd on the file at path, which the caller just saw as ``inode``."""
+        if self._fd is not None and os.fstat(self._fd).st_ino == inode:
+            return self._fd
+        self.close()
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+        except FileNotFoundError:
+            raise ConcurrentChange(self.path) from None
+        except OSError as error:
+            raise _storage_error("open", self.path, error) from error
+        if os.fstat(fd).st_ino != inode:
+            os.close(fd)
+            raise ConcurrentChange(self.path)  # replaced since the caller looked
+        self._fd = fd
+        return fd
+
+    def close(self) -> None:
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)
+
+
+def append_durably(
+    handle: AppendHandle, inode: int, data: bytes, lock: FileLock, expected_size: int
+) -> os.stat_result:
+    """Append data at the end of the file (still ``inode`` of expected_size bytes); fsync.
 
     The caller holds ``lock``. The intent is journaled first, so a crash
-    mid-write is repaired, never read as a torn entry.
+    mid-write is repaired, never read as a torn entry. A failed write is taken
+    back, so the file keeps its previous bytes.
     """
+    path = handle.path
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND)
-    except OSError as error:
-        raise _storage_error("open", path, error) from error
-    try:
+        fd = handle.fd_for(inode)
         info = os.fstat(fd)
         if info.st_size != expected_size:
             raise ConcurrentChange(path)
         lock.write_intent(AppendIntent(info.st_ino, info.st_size, data))
-        try:
-            written = os.write(fd, data)
-            if written != len(data):
-                raise OSError(errno.ENOSPC, "short write")
-            os.fsync(fd)
-        except OSError as error:
-            os.ftruncate(fd, info.st_size)  # take back a partial line
-            os.fsync(fd)
-            lock.clear_intent()
-            raise _storage_error("append to", path, error) from error
-        result = os.fstat(fd)
     except OSError as error:
         raise _storage_error("append to", path, error) from error
-    finally:
-        os.close(fd)
+    try:
+        written = os.write(fd, data)
+        if written != len(data):
+            raise OSError(errno.ENOSPC, "short write")
+        os.fsync(fd)
+        result = os.fstat(fd)
+    except OSError as error:
+        _take_back(handle, fd, info.st_size, lock)
+        raise _storage_error("append to", path, error) from error
     lock.clear_intent()
     return result
+
+
+def _take_back(handle: AppendHandle, fd: int, size: int, lock: FileLock) -> None:
+    """Cut a failed append off again. If even that fails, the journal stays for the
+    next lock holder to repair from, and the file is reopened then."""
+    try:
+        os.ftruncate(fd, size)
+        os.fsync(fd)
+    except OSError:
+        handle.close()
+        return
+    lock.clear_intent()
 
 
 class ConcurrentChange(Exception):

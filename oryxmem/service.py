@@ -77,7 +77,7 @@ class AgentSummary:
 
 def close_stores(stores: dict[str, MarkdownMemoryStore]) -> None:
     for store in stores.values():
-        store.lock.close()
+        store.close()
     stores.clear()
 
 

@@ -12,6 +12,7 @@ import os
 import stat
 import unicodedata
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from oryxmem.errors import WorkspaceNotFoundError
@@ -34,31 +35,35 @@ class Workspace:
 
     root: Path
 
-    @property
+    @cached_property
     def os_dir(self) -> Path:
         return self.root / OS_DIR
 
-    @property
+    @cached_property
     def agents_dir(self) -> Path:
         return self.os_dir / "agents"
 
-    @property
+    @cached_property
+    def agents_dir_str(self) -> str:
+        return str(self.agents_dir)
+
+    @cached_property
     def global_memory_dir(self) -> Path:
         return self.os_dir / "memory"
 
-    @property
+    @cached_property
     def config_path(self) -> Path:
         return self.os_dir / "config.toml"
 
-    @property
+    @cached_property
     def db_path(self) -> Path:
         return self.os_dir / "oryxos.db"
 
-    @property
+    @cached_property
     def run_dir(self) -> Path:
         return self.os_dir / "run"
 
-    @property
+    @cached_property
     def locks_dir(self) -> Path:
         return self.run_dir / "locks"
 
@@ -147,7 +152,7 @@ def check_agent_name(workspace: Workspace, name: str) -> str | None:
     problem = agent_name_problem(name)
     if problem:
         return problem
-    agent_dir = workspace.agents_dir / name
+    agent_dir = os.path.join(workspace.agents_dir_str, name)  # plain strings: on every call
     try:
         info = os.lstat(agent_dir)
     except FileNotFoundError:
@@ -157,7 +162,7 @@ def check_agent_name(workspace: Workspace, name: str) -> str | None:
     if not stat.S_ISDIR(info.st_mode):
         return "its path exists and is not a directory"
     try:
-        if stat.S_ISLNK(os.lstat(agent_dir / MEMORY_FILE).st_mode):
+        if stat.S_ISLNK(os.lstat(os.path.join(agent_dir, MEMORY_FILE)).st_mode):
             return "its MEMORY.md is a symbolic link"
     except FileNotFoundError:
         pass

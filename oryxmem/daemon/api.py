@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import time
+import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -67,13 +68,25 @@ _HTTP_ERRORS: dict[int, Callable[[str], OryxError]] = {
 }
 
 
+# Connections whose peer was checked to be this user: once per connection, not per request.
+_TRUSTED: weakref.WeakSet[asyncio.BaseTransport] = weakref.WeakSet()
+
+
+def check_peer(request: web.Request) -> None:
+    transport = request.transport
+    if transport is None or transport in _TRUSTED:
+        return
+    sock = transport.get_extra_info("socket")
+    if sock is not None and peer_uid(sock) != os.getuid():
+        raise ForbiddenError("this socket serves only the user who runs the daemon")
+    _TRUSTED.add(transport)
+
+
 @web.middleware
 async def wrap_in_envelope(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Refuse other users, and give every reply (errors too) the envelope."""
     try:
-        sock = request.transport.get_extra_info("socket") if request.transport else None
-        if sock is not None and peer_uid(sock) != os.getuid():
-            raise ForbiddenError("this socket serves only the user who runs the daemon")
+        check_peer(request)
         data = await handler(request)
     except OryxError as error:
         response = error_response(error)
@@ -103,12 +116,15 @@ async def wrap_in_envelope(request: web.Request, handler: Handler) -> web.Stream
 
 
 async def json_body(request: web.Request) -> dict[str, Any]:
-    try:
-        raw = await asyncio.wait_for(request.read(), request.app[CLIENT_TIMEOUT])
-    except TimeoutError:
-        raise RequestTimeoutError(
-            f"the body did not arrive within {request.app[CLIENT_TIMEOUT]} s; closing"
-        ) from None
+    if request.content.is_eof():
+        raw = await request.read()  # all here already (the usual case): no timer needed
+    else:
+        try:
+            raw = await asyncio.wait_for(request.read(), request.app[CLIENT_TIMEOUT])
+        except TimeoutError:
+            raise RequestTimeoutError(
+                f"the body did not arrive within {request.app[CLIENT_TIMEOUT]} s; closing"
+            ) from None
     if not raw:
         return {}
     try:
@@ -177,7 +193,7 @@ async def save(request: web.Request) -> Any:
     content = text_field(body, "content")
     scope = text_field(body, "scope", ARCHIVAL)
     worker = request.app[WORKER]
-    result = await asyncio.wrap_future(worker.save(ref, content, scope, "socket"))
+    result = await worker.save_on_loop(ref, content, scope, "socket")
     return save_data(result)
 
 
@@ -211,7 +227,7 @@ async def trigger(request: web.Request) -> Any:
 
     worker = request.app[WORKER]
     line = footprint_line(user_message, reply, worker.service.config.footprint_max_chars)
-    result = await asyncio.wrap_future(worker.save(ref, line, ARCHIVAL, "socket"))
+    result = await worker.save_on_loop(ref, line, ARCHIVAL, "socket")
     return save_data(result)
 
 
@@ -230,7 +246,7 @@ async def _do_tool_save(request: web.Request, body: dict[str, Any], agent: str |
     scope = text_field(body, "scope", ARCHIVAL)
     worker = request.app[WORKER]
     ref = await run(request, lambda s: s.resolve(agent))
-    return save_data(await asyncio.wrap_future(worker.save(ref, content, scope, "socket")))
+    return save_data(await worker.save_on_loop(ref, content, scope, "socket"))
 
 
 async def _do_tool_recall(request: web.Request, body: dict[str, Any], agent: str | None) -> Any:

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import uvloop
 from aiohttp import web
 
 from oryxmem import __version__
@@ -81,12 +82,13 @@ class Daemon:
         self.watcher = SyncWatcher(self.workspace, markdown_stores=stores, on_report=_log_report)
         service = MemoryService(self.workspace, self.config, markdown_stores=stores)
         self.worker = MemoryWorker(service, self.watcher.schedule)
+        self.watcher.before_reconcile = self.worker.flush
         notify("STATUS=catching up with changes made while stopped")
         self.watcher.start()
         self.worker.start()
         self.watcher.ready.wait()
         try:
-            asyncio.run(self._serve(sock))
+            uvloop.run(self._serve(sock))
         finally:
             self.worker.stop()  # requests have drained; finish queued saves first
             self.watcher.stop()
@@ -160,6 +162,7 @@ class Daemon:
             "last_sync_error": watcher.last_error if watcher else None,
             "saves": worker.saves if worker else 0,
             "save_batches": worker.batches if worker else 0,
+            "mirror_commits": worker.mirrors if worker else 0,
         }
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from oryxmem.clock import Clock
 from oryxmem.errors import MemoryFileConflictedError, MemoryFileUnreadableError
 from oryxmem.fileio import (
+    AppendHandle,
     ConcurrentChange,
     FileLock,
     append_durably,
@@ -56,6 +57,7 @@ class MarkdownMemoryStore(LongTermMemoryStore):
         super().__init__(clock=clock, limits=limits)
         self.path = path
         self.lock = lock
+        self._appender = AppendHandle(path)
         self._cached: _Cached | None = None
         self.repairs: list[str] = []  # what lock-time repairs found, for status and logs
         # The stat of the file as our own last write left it: a file event whose file
@@ -151,6 +153,10 @@ class MarkdownMemoryStore(LongTermMemoryStore):
         """Drop the parsed copy: the next read parses the file again."""
         self._cached = None
 
+    def close(self) -> None:
+        self._appender.close()
+        self.lock.close()
+
     def current_locked(self) -> tuple[MemoryDocument, StatKey | None]:
         """The file as it is now, and its stat (None: no file). The caller holds the lock."""
         cached = self._read_locked()
@@ -172,7 +178,7 @@ class MarkdownMemoryStore(LongTermMemoryStore):
         if key is None or tail is None:
             self._rewrite_locked(cached, additions, removals)
             return added
-        info = append_durably(self.path, tail.encode(), self.lock, key[1])
+        info = append_durably(self._appender, key[0], tail.encode(), self.lock, key[1])
         record_appended_many(cached.doc, tail, added)
         cached.key = self.written_key = stat_key(info)
         return added
@@ -196,6 +202,7 @@ class MarkdownMemoryStore(LongTermMemoryStore):
                 raise ConcurrentChange(self.path)
 
         info = atomic_write(self.path, text.encode("utf-8"), before_replace=still_as_read)
+        self._appender.close()  # it holds the inode just replaced
         self._cached = _Cached(stat_key(info), parse(text))
         self.written_key = stat_key(info)
 

@@ -130,6 +130,9 @@ class SyncWatcher:
         self.ready = threading.Event()  # set once the catch-up pass is done
         self.last_error: str | None = None
         self.reconciles = 0
+        # Called before each round of reconciles: the daemon mirrors the saves it has
+        # acknowledged, so their history is there to judge a stale editor buffer by.
+        self.before_reconcile: Callable[[], None] = lambda: None
 
     # --- hints ------------------------------------------------------------------
 
@@ -233,6 +236,8 @@ class SyncWatcher:
                 next_rescan = self._next_rescan()
                 due += self._pass(self.engine.due_agents)
                 self._pass(self._prune)
+            if due:
+                self.before_reconcile()
             for agent in sorted(set(due)):
                 self._reconcile(agent)
 
