@@ -7,6 +7,7 @@ global memory file; every result says which file served it and why.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -73,6 +74,9 @@ class AgentSummary:
     core: int | None
     archival: int | None
     problem: str | None
+
+
+_CREATING = threading.Lock()
 
 
 def close_stores(stores: dict[str, MarkdownMemoryStore]) -> None:
@@ -159,13 +163,16 @@ class MemoryService:
         """The MEMORY.md store of a resolved agent, whatever the configured backend."""
         store = self._markdown_stores.get(agent)
         if store is None:
-            store = MarkdownMemoryStore(
-                self.workspace.memory_path(agent),
-                FileLock(self.workspace.lock_path(agent)),
-                clock=self.clock,
-                limits=self.limits,
-            )
-            self._markdown_stores[agent] = store
+            with _CREATING:  # threads share these stores: one per agent, whoever asks first
+                store = self._markdown_stores.get(agent)
+                if store is None:
+                    store = MarkdownMemoryStore(
+                        self.workspace.memory_path(agent),
+                        FileLock(self.workspace.lock_path(agent)),
+                        clock=self.clock,
+                        limits=self.limits,
+                    )
+                    self._markdown_stores[agent] = store
         return store
 
     def _make_store(self, agent: str) -> LongTermMemoryStore:

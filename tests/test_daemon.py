@@ -228,6 +228,29 @@ def test_two_hundred_connections_at_once(workspace: Workspace, running: RunningD
     assert total == 200
 
 
+def test_saves_under_load_are_mirrored_by_the_writer_not_by_reconciles(
+    workspace: Workspace, running: RunningDaemon
+) -> None:
+    """The rows follow saves without waking the sync thread: no reconcile per save
+    (each would hold the file's lock and parse it), and none that feeds the next."""
+
+    def client_saves(n: int) -> None:
+        with Client(running.socket) as client:
+            for i in range(60):
+                client.save(f"agent{n % 4}", f"load {n} {i}")
+
+    threads = [threading.Thread(target=client_saves, args=(n,)) for n in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    wait_until(lambda: disagreements(workspace) == [])
+    with Client(running.socket) as client:
+        health = client.health()
+    assert health["saves"] == 960
+    assert health["reconciles"] <= 8, health  # not one per save, nor a chain of them
+
+
 def test_socket_is_private_and_removed_on_sigterm(running: RunningDaemon) -> None:
     assert stat.S_IMODE(running.socket.stat().st_mode) == 0o600
     assert stat.S_IMODE(running.socket.parent.stat().st_mode) == 0o700

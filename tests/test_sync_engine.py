@@ -13,7 +13,7 @@ from oryxmem.config import Config
 from oryxmem.service import MemoryService
 from oryxmem.store.db import connect
 from oryxmem.sync import table
-from oryxmem.sync.engine import SyncEngine
+from oryxmem.sync.engine import Append, SyncEngine
 from oryxmem.workspace import Workspace
 
 TS = "2026-07-22 09:30:00"
@@ -305,3 +305,59 @@ def test_sync_shows_a_progress_bar_on_a_terminal_when_long(workspace: Workspace)
     assert done.returncode == 0, done.stdout
     assert "syncing" in done.stdout and "100%" in done.stdout
     assert disagreements(workspace) == []
+
+
+def append_saves(engine: SyncEngine, agent: str, *contents: str) -> Append:
+    """What the daemon's writer does: one durable append, with the stat around it."""
+    store = engine.service.markdown_store(agent)
+    with store.lock.hold():
+        _, before = store.current_locked()
+        entries = store.edit_locked([store.prepare(c, "archival") for c in contents], ())
+        _, after = store.current_locked()
+    assert after is not None
+    return Append(before, entries, after)
+
+
+def test_saves_mirror_at_once_when_in_sync(engine: SyncEngine, workspace: Workspace) -> None:
+    write(workspace, "coder", f"## 归档记忆\n- [{TS}] old\n")
+    engine.reconcile_all()
+    first = append_saves(engine, "coder", "one", "two")
+    second = append_saves(engine, "coder", "three")
+    assert engine.record_saves("coder", [first, second], "socket")
+    assert disagreements(workspace) == []
+    assert engine.reconcile_agent("coder").status == "unchanged"
+    rows = sql(workspace, "SELECT content || '=' || source FROM memory_entries").split()
+    assert "three=socket" in rows
+
+
+def test_saves_a_reconcile_took_in_between_are_not_mirrored_twice(
+    engine: SyncEngine, workspace: Workspace
+) -> None:
+    write(workspace, "coder", f"## 归档记忆\n- [{TS}] old\n")
+    engine.reconcile_all()
+    first = append_saves(engine, "coder", "one")
+    engine.reconcile_agent("coder")  # the sync thread saw the file between two appends
+    second = append_saves(engine, "coder", "two")
+    assert engine.record_saves("coder", [first, second], "socket")
+    assert disagreements(workspace) == []
+    assert sorted(e[2] for e in row_items(workspace, "coder").elements()) == ["old", "one", "two"]
+    # A reconcile that saw them all: nothing left to do, and nothing to reconcile later.
+    third = append_saves(engine, "coder", "three")
+    engine.reconcile_agent("coder")
+    assert engine.record_saves("coder", [third], "socket")
+    assert sum(row_items(workspace, "coder").values()) == 4
+    assert engine.reconcile_agent("coder").status == "unchanged"
+
+
+def test_saves_after_a_foreign_write_are_left_to_the_reconcile(
+    engine: SyncEngine, workspace: Workspace
+) -> None:
+    write(workspace, "coder", f"## 归档记忆\n- [{TS}] old\n")
+    engine.reconcile_all()
+    with open(workspace.memory_path("coder"), "a", encoding="utf-8") as handle:
+        handle.write(f"- [{TS}] typed by a human\n")
+    saved = append_saves(engine, "coder", "saved")
+    assert not engine.record_saves("coder", [saved], "socket")
+    engine.reconcile_agent("coder")
+    assert disagreements(workspace) == []
+    assert sum(row_items(workspace, "coder").values()) == 3

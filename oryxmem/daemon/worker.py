@@ -33,7 +33,7 @@ from oryxmem.service import MemoryService, SaveResult
 from oryxmem.store.db import write_transaction
 from oryxmem.store.format import Entry, NewEntry
 from oryxmem.store.markdown import MarkdownMemoryStore, StatKey
-from oryxmem.sync.engine import SyncEngine
+from oryxmem.sync.engine import Append, SyncEngine
 from oryxmem.workspace import AgentRef
 
 log = logging.getLogger("oryxmem.daemon")
@@ -101,11 +101,9 @@ class _Replies:
 
 @dataclass
 class _Unmirrored:
-    """Saves of one agent appended to its file and not yet in the rows."""
+    """Consecutive appends to one agent's file whose entries are not yet in the rows."""
 
-    entries: list[Entry]
-    before: StatKey | None  # the file's stat before the first of them
-    after: StatKey  # and after the last
+    appends: list[Append]
     source: str
     since: float  # monotonic time of the first
 
@@ -352,16 +350,19 @@ class MemoryWorker:
         source: str,
     ) -> None:
         pending = self._unmirrored.get(agent)
-        if pending is not None and (pending.after != before or pending.source != source):
+        if pending is not None and (
+            pending.appends[-1].after != before or pending.source != source
+        ):
             self._mirror_pending()  # not a continuation of what is pending: mirror that first
             pending = None
         if after is None:
             self.on_saved(agent)  # the file is gone already: reconcile soon
         elif pending is None:
-            self._unmirrored[agent] = _Unmirrored(entries, before, after, source, time.monotonic())
+            self._unmirrored[agent] = _Unmirrored(
+                [Append(before, entries, after)], source, time.monotonic()
+            )
         else:
-            pending.entries.extend(entries)
-            pending.after = after
+            pending.appends.append(Append(before, entries, after))
 
     def _mirror_pending(self) -> None:
         """Every pending save into the rows, in one transaction: one commit for all."""
@@ -374,9 +375,7 @@ class MemoryWorker:
                 in_sync = [
                     agent
                     for agent, saves in pending.items()
-                    if self.engine.record_saves(
-                        agent, saves.entries, saves.before, saves.after, saves.source
-                    )
+                    if self.engine.record_saves(agent, saves.appends, saves.source)
                 ]
             lagging = [agent for agent in pending if agent not in in_sync]
         except Exception:  # the file has them; sync mirrors them. The acks stand.

@@ -12,8 +12,9 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from sqlite_utils import Database
 
@@ -85,6 +86,18 @@ class AgentReport:
 
 def file_sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+class Append(NamedTuple):
+    """Entries one write appended to a file, with the file's stat before and after."""
+
+    before: StatKey | None
+    entries: list[Entry]
+    after: StatKey
+
+
+def _file_stat(key: StatKey | None) -> table.FileStat:
+    return (key[0], key[1], key[2]) if key else (None, None, None)
 
 
 class SyncEngine:
@@ -273,39 +286,52 @@ class SyncEngine:
             log.info("reconciled %s", report.summary())
         return report
 
-    def record_saves(
-        self,
-        agent: str,
-        entries: list[Entry],
-        before: StatKey | None,
-        after: StatKey,
-        source: str,
-    ) -> bool:
-        """Mirror entries just saved to MEMORY.md into the rows, in one transaction.
+    def record_saves(self, agent: str, appends: Sequence[Append], source: str) -> bool:
+        """Mirror entries just appended to MEMORY.md into the rows, in one transaction.
 
-        Only when the agent was in sync right before the save (the file's stat
-        then is the agreed one and no rows are pending); otherwise the next
-        reconcile takes them in. Either way the history says where they came
-        from, which is what protects them from a stale editor buffer.
+        ``appends`` are consecutive appends of this process, each with the file's
+        stat before and after it. When the agreed state matches the file as it was
+        before one of them (and no row changed since), the entries from there on
+        are inserted and the state moves to the last stat: a reconcile that ran in
+        between has taken the earlier ones already. Otherwise (someone else wrote
+        too) the next reconcile takes them in; returns False. Either way the history
+        says where they came from, which is what protects them from a stale editor
+        buffer.
         """
         with write_transaction(self.db):
-            stat_before = (before[0], before[1], before[2]) if before else (None, None, None)
+            table.record_history_rows(
+                self.db,
+                [
+                    table.history_row(agent, "add", source, entry)
+                    for append in appends
+                    for entry in append.entries
+                ],
+            )
             state = table.read_state(self.db, agent, with_agreed=False)
             if state is None:
-                # A new agent: in sync if neither side has anything yet.
+                # A new agent: in sync if neither side had anything yet.
                 has_rows = self.db.execute(
                     "SELECT 1 FROM memory_entries WHERE agent = ? LIMIT 1", [agent]
                 ).fetchone()
-                in_sync = before is None and has_rows is None
+                start = 0 if appends[0].before is None and has_rows is None else None
             else:
-                in_sync = table.is_current(self.db, state, stat_before)
-            table.record_history_rows(
-                self.db, [table.history_row(agent, "add", source, entry) for entry in entries]
-            )
-            if not in_sync:
+                start = next(
+                    (
+                        i
+                        for i, append in enumerate(appends)
+                        if table.is_current(self.db, state, _file_stat(append.before))
+                    ),
+                    None,
+                )
+                if start is None and table.is_current(
+                    self.db, state, _file_stat(appends[-1].after)
+                ):
+                    return True  # a reconcile took them all in already
+            if start is None:
                 return False
-            table.insert_rows(self.db, agent, entries, source)
-            self._save_state(agent, after, None, [e.entry_id for e in entries], previous=[])
+            new = [entry for append in appends[start:] for entry in append.entries]
+            table.insert_rows(self.db, agent, new, source)
+            self._save_state(agent, appends[-1].after, None, [e.entry_id for e in new], [])
             return True
 
     def _save_state(

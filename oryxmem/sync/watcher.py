@@ -137,11 +137,10 @@ class SyncWatcher:
     # --- hints ------------------------------------------------------------------
 
     def is_own_write(self, agent: str, event: FileSystemEvent) -> bool:
-        """Is this the file event of a write this process just made (an append, a rewrite)?
-        Only when the file still has exactly the stat that write left: any other writer
-        changes it. Skipping these keeps a save from waking the sync thread."""
-        if event.event_type != "closed":
-            return False
+        """Is this the file event of a write this process just made (a rewrite, a new
+        file, its directory)? Only when the file still has exactly the stat that write
+        left: any other writer changes it. Skipping these keeps a save from waking the
+        sync thread (whose reconcile would hold the file's lock)."""
         store = self.service.markdown_store(agent)
         written = store.written_key
         if written is None:
