@@ -7,6 +7,9 @@ A code, once published, never changes meaning.
 
 from __future__ import annotations
 
+import errno
+import logging
+import sqlite3
 from dataclasses import dataclass
 from typing import Any
 
@@ -222,3 +225,31 @@ def error_for_code(code: int, message: str, data: object = None) -> OryxError:
         if cls.kind_name in _BY_NAME and _BY_NAME[cls.kind_name].code == code:
             return cls(message, data=data if isinstance(data, dict) else None)
     return InternalError(f"{message} (code {code})")
+
+
+_DISK_ERRNOS = {errno.ENOSPC, errno.EIO, errno.EFBIG, errno.EDQUOT, errno.EROFS}
+_SQLITE_DISK_WORDS = ("disk is full", "disk i/o error", "readonly database")
+
+
+def disk_trouble(error: BaseException) -> str | None:
+    """A one-line account of an error that comes from the disk (full, failing, read-only),
+    or None for anything else. Those are logged as a line, not a traceback: they are the
+    machine's state, not a bug, and everything retries once the disk is back."""
+    if isinstance(error, StorageError):
+        return error.message
+    if isinstance(error, OSError) and error.errno in _DISK_ERRNOS:
+        return str(error)
+    if isinstance(error, sqlite3.Error) and any(
+        word in str(error).lower() for word in _SQLITE_DISK_WORDS
+    ):
+        return f"the database: {error}"
+    return None
+
+
+def log_failure(logger: logging.Logger, what: str, error: BaseException) -> None:
+    """One line for disk trouble, the traceback for anything else."""
+    trouble = disk_trouble(error)
+    if trouble:
+        logger.warning("%s: %s", what, trouble)
+    else:
+        logger.error("%s", what, exc_info=error)

@@ -159,6 +159,7 @@ class Daemon:
             "watching": "polling" if watcher and watcher.polling else "inotify",
             "watcher_alive": bool(watcher and watcher.alive),
             "reconciles": watcher.reconciles if watcher else 0,
+            "event_overflows": watcher.overflows if watcher else 0,
             "last_sync_error": watcher.last_error if watcher else None,
             "saves": worker.saves if worker else 0,
             "save_batches": worker.batches if worker else 0,

@@ -27,7 +27,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from oryxmem.errors import DaemonUnavailableError, MemoryFileConflictedError, OryxError
+from oryxmem.errors import (
+    DaemonUnavailableError,
+    MemoryFileConflictedError,
+    OryxError,
+    log_failure,
+)
 from oryxmem.fileio import ConcurrentChange
 from oryxmem.service import MemoryService, SaveResult
 from oryxmem.store.db import write_transaction
@@ -84,7 +89,7 @@ class _Replies:
         except OryxError as error:
             self.failed(job, error)
         except Exception as error:  # reported to the caller as internal_error, and logged
-            log.exception("memory call failed")
+            log_failure(log, "memory call failed", error)
             self.failed(job, error)
 
     def send(self) -> None:
@@ -272,7 +277,7 @@ class MemoryWorker:
         except OryxError as error:
             job.future.set_exception(error)
         except Exception as error:  # reported to the caller as internal_error, and logged
-            log.exception("memory call failed")
+            log_failure(log, "memory call failed", error)
             job.future.set_exception(error)
 
     # --- saves ------------------------------------------------------------------
@@ -319,8 +324,7 @@ class MemoryWorker:
             write.replies.send()
             return
         if write.error is not None:
-            if not isinstance(write.error, OryxError):
-                log.error("saving to %s failed", write.agent or "(global)", exc_info=write.error)
+            log_failure(log, f"saving to {write.agent or '(global)'} failed", write.error)
             for job, _ in write.ready:
                 write.replies.failed(job, write.error)
             write.replies.send()
@@ -378,8 +382,8 @@ class MemoryWorker:
                     if self.engine.record_saves(agent, saves.appends, saves.source)
                 ]
             lagging = [agent for agent in pending if agent not in in_sync]
-        except Exception:  # the file has them; sync mirrors them. The acks stand.
-            log.exception("mirroring saves failed; sync will catch up")
+        except Exception as error:  # the file has them; sync mirrors them. The acks stand.
+            log_failure(log, "mirroring saves failed; sync will catch up", error)
         self.mirrors += 1
         for agent in lagging:
             self.on_saved(agent)  # the rows lag behind the file: reconcile soon

@@ -6,7 +6,8 @@
   (checked 10 times a second, a counter read); the ``memory_changes`` rows
   then say which agents;
 - catch-up at start, and a jittered periodic rescan, because inotify drops
-  events under load.
+  events under load; when the kernel says it did (its event queue overflowed),
+  a rescan at once.
 
 The engine decides; this only schedules. It runs in one worker thread with its
 own database connection.
@@ -40,6 +41,7 @@ from watchdog.observers.api import BaseObserver
 from watchdog.observers.polling import PollingObserver
 
 from oryxmem.config import Config
+from oryxmem.errors import log_failure
 from oryxmem.service import MemoryService
 from oryxmem.store.db import write_transaction
 from oryxmem.store.markdown import MarkdownMemoryStore, stat_key
@@ -69,6 +71,19 @@ WATCHED_EVENTS: list[type[FileSystemEvent]] = [
     DirMovedEvent,
 ]
 RESCAN_SECONDS = 30.0
+# watchdog rebuilds its watches when the kernel's inotify queue overflows, and says so
+# only in a log record of these loggers; hearing it, we rescan at once.
+OVERFLOW_LOGGERS = ("watchdog.observers.inotify_c", "watchdog.observers.inotify")
+
+
+class _OverflowHook(logging.Handler):
+    def __init__(self, watcher: SyncWatcher) -> None:
+        super().__init__(logging.WARNING)
+        self.watcher = watcher
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "overflow" in str(record.msg).lower():
+            self.watcher.rescan_soon("the kernel's inotify queue overflowed")
 
 
 def agent_for_path(workspace: Workspace, path: str) -> str | None:
@@ -130,6 +145,9 @@ class SyncWatcher:
         self.ready = threading.Event()  # set once the catch-up pass is done
         self.last_error: str | None = None
         self.reconciles = 0
+        self.overflows = 0
+        self._rescan_now = False
+        self._overflow_hook = _OverflowHook(self)
         # Called before each round of reconciles: the daemon mirrors the saves it has
         # acknowledged, so their history is there to judge a stale editor buffer by.
         self.before_reconcile: Callable[[], None] = lambda: None
@@ -150,6 +168,16 @@ class SyncWatcher:
         except FileNotFoundError:
             return False
 
+    def rescan_soon(self, why: str) -> None:
+        """Check every agent now: events were lost."""
+        with self._lock:
+            if self._rescan_now:
+                return  # one loss, told by more than one logger
+            log.warning("%s: rescanning every agent", why)
+            self.overflows += 1
+            self._rescan_now = True
+            self._lock.notify()
+
     def schedule(self, agent: str, delay: float = DEBOUNCE_SECONDS) -> None:
         now = time.monotonic()
         with self._lock:
@@ -162,6 +190,8 @@ class SyncWatcher:
     def start(self) -> None:
         for folder in (self.workspace.agents_dir, self.workspace.global_memory_dir):
             folder.mkdir(parents=True, exist_ok=True)
+        for name in OVERFLOW_LOGGERS:
+            logging.getLogger(name).addHandler(self._overflow_hook)
         self.observer = self._start_observer()
         self._thread = threading.Thread(target=self._run, name="oryxmem-sync", daemon=True)
         self._thread.start()
@@ -192,6 +222,8 @@ class SyncWatcher:
         raise RuntimeError("no file watcher could start")
 
     def stop(self) -> None:
+        for name in OVERFLOW_LOGGERS:
+            logging.getLogger(name).removeHandler(self._overflow_hook)
         self._stop.set()
         with self._lock:
             self._lock.notify()
@@ -218,6 +250,8 @@ class SyncWatcher:
         next_poll = time.monotonic() + DB_POLL_SECONDS
         while not self._stop.is_set():
             with self._lock:
+                if self._rescan_now:
+                    self._rescan_now, next_rescan = False, time.monotonic()
                 wake = min([next_rescan, next_poll, *(at for at, _ in self._due.values())])
                 if wake > time.monotonic():
                     self._lock.wait(timeout=wake - time.monotonic())
@@ -254,7 +288,7 @@ class SyncWatcher:
             result = work()
         except Exception as error:  # the watcher must outlive any one bad pass
             self.last_error = f"{type(error).__name__}: {error}"
-            log.exception("sync pass failed; will retry")
+            log_failure(log, "sync pass failed; will retry", error)
             return []
         self.last_error = None
         return result

@@ -1,0 +1,439 @@
+"""A seeded random driver of the real daemon: the model-based soak test (issue 5).
+
+It plays what a workstation does to memory: agents saving over the socket from
+several clients, a human editing MEMORY.md in place and by rename, a stale
+editor buffer written back, `git checkout` of another branch and back, the
+`sqlite3` shell inserting, updating and deleting rows, SIGKILL and restart in
+the middle of a burst of saves, and a burst of file events larger than the
+kernel's inotify queue. It keeps a model of what must be there and, after every
+few steps, lets the daemon settle and checks:
+
+- every acknowledged save is present exactly once, in its file and in the rows;
+- every line a human or a program added (and did not take back) likewise;
+- a save in flight when the daemon was killed is there at most once;
+- nothing else is in the files, the rows equal the files, every file parses.
+
+The actions come from ``random.Random(seed)``: a failure prints its seed and
+the last steps, and ``ORYXMEM_SOAK_SEED=<seed>`` plays the same sequence again.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from daemonhelp import RunningDaemon, start_daemon
+from synchelp import disagreements, git, sql
+
+from oryxmem.client import Client
+from oryxmem.errors import OryxError
+from oryxmem.store.format import parse
+from oryxmem.workspace import Workspace
+
+AGENTS = ["coder", "助手", ""]  # '' is the global file
+TS = "2026-11-30 09:00:00"
+SETTLE_SECONDS = 20.0  # well under the 30 s rescan: an overflow must be caught at once
+# Saves that try to forge lines and headings: they must come back exactly as sent.
+TRICKY = [
+    "two lines\n## 核心记忆\n- [2026-01-01 00:00:00] forged",
+    "  spaced  out  ",
+    "ends with a backslash \\",
+    "emoji 🦊 and tabs\tinside",
+]
+
+
+def _sql_text(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+@dataclass
+class Model:
+    """What must be in each agent's memory (content -> agent), and what may be."""
+
+    must: dict[str, str] = field(default_factory=dict)
+    may: dict[str, str] = field(default_factory=dict)  # in flight when the daemon died
+    human: dict[str, str] = field(default_factory=dict)  # the lines a human typed
+    rows: dict[str, str] = field(default_factory=dict)  # the rows the sqlite3 shell added
+
+
+class SoakFailure(AssertionError):
+    pass
+
+
+class Soak:
+    def __init__(self, workspace: Workspace, logs: Path, seed: int) -> None:
+        self.workspace = workspace
+        self.logs = logs  # one daemon log per start
+        self.log = logs / "daemon-0.log"
+        self.starts = 0
+        self._lock = threading.Lock()
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.model = Model()
+        self.steps: list[str] = []
+        self.counter = 0
+        self.daemon: RunningDaemon | None = None
+        self.clients: list[Client] = []
+        self.stats: Counter[str] = Counter()
+        self.main_branch = ""
+
+    # --- set-up -------------------------------------------------------------------
+
+    def start(self) -> None:
+        git(self.workspace.root, "init", "-q")
+        git(self.workspace.root, "config", "core.autocrlf", "false")
+        git(self.workspace.root, "add", "-A")
+        git(self.workspace.root, "commit", "-q", "--allow-empty", "-m", "start")
+        self.main_branch = git(self.workspace.root, "symbolic-ref", "--short", "HEAD").strip()
+        self._start_daemon()
+
+    def _start_daemon(self) -> None:
+        self.starts += 1
+        self.log = self.logs / f"daemon-{self.starts}.log"
+        self.daemon = start_daemon(self.workspace, self.log)
+        self.clients = [Client(self.daemon.socket, timeout=30) for _ in range(3)]
+
+    def stop(self) -> None:
+        for client in self.clients:
+            client.close()
+        if self.daemon is not None and self.daemon.proc.poll() is None:
+            assert self.daemon.stop() == 0, self.daemon.text()
+
+    # --- the run ------------------------------------------------------------------
+
+    def run(self, *, steps: int | None = None, seconds: float | None = None) -> None:
+        actions: list[tuple[int, Callable[[], None]]] = [
+            (30, self.save),
+            (5, self.burst),
+            (8, self.human_append),
+            (6, self.human_edit_by_rename),
+            (4, self.human_edit_in_place),
+            (3, self.human_delete),
+            (4, self.stale_buffer),
+            (3, self.git_checkout_and_back),
+            (6, self.sql_insert),
+            (3, self.sql_update),
+            (3, self.sql_delete),
+            (2, self.kill_and_restart),
+            (1, self.inotify_overflow),
+        ]
+        weights = [w for w, _ in actions]
+        deadline = time.monotonic() + seconds if seconds else None
+        done = 0
+        try:
+            while (steps is None or done < steps) and (
+                deadline is None or time.monotonic() < deadline
+            ):
+                action = self.rng.choices(actions, weights)[0][1]
+                self.steps.append(action.__name__)
+                self.stats[action.__name__] += 1
+                action()
+                done += 1
+                if done % 8 == 0:
+                    self.settle_and_check()
+            self.settle_and_check()
+        except Exception as error:
+            raise SoakFailure(self.explain(error)) from error
+
+    def explain(self, error: BaseException) -> str:
+        recent = ", ".join(self.steps[-25:])
+        return (
+            f"soak failed with seed {self.seed} after {len(self.steps)} steps "
+            f"(replay: ORYXMEM_SOAK_SEED={self.seed}): {error}\n"
+            f"last steps: {recent}\n"
+            f"daemon log tail:\n{self.log.read_text(errors='replace')[-3000:]}"
+        )
+
+    # --- helpers ------------------------------------------------------------------
+
+    def fresh(self, kind: str) -> str:
+        self.counter += 1
+        text = f"{kind} {self.seed}-{self.counter}"
+        if kind == "save" and self.rng.random() < 0.1:
+            text += " " + self.rng.choice(TRICKY)
+        return text
+
+    def path(self, agent: str) -> Path:
+        return self.workspace.memory_path(agent)
+
+    def client(self) -> Client:
+        return self.rng.choice(self.clients)
+
+    def quiet(self) -> None:
+        """Let what is in flight reach both sides, as a human takes seconds to type."""
+        deadline = time.monotonic() + SETTLE_SECONDS
+        while time.monotonic() < deadline and disagreements(self.workspace):
+            time.sleep(0.05)
+
+    def write_by_rename(self, path: Path, text: str) -> None:
+        tmp = path.with_name(f".{path.name}.swp")
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+
+    def file_text(self, agent: str) -> str:
+        path = self.path(agent)
+        if not path.exists():
+            return "## 核心记忆\n\n## 归档记忆\n"
+        return path.read_text(encoding="utf-8")
+
+    # --- actions ------------------------------------------------------------------
+
+    def save(self) -> None:
+        agent = self.rng.choice(AGENTS)
+        content = self.fresh("save")
+        scope = "core" if self.rng.random() < 0.2 else "archival"
+        saved = self.client().save(agent or None, content, scope)["entry"]["content"]
+        self.model.must[saved] = agent  # as stored: stripped of outer whitespace
+
+    def _saver(self, agent: str, count: int, acked: dict[str, str], maybe: dict[str, str]) -> None:
+        with Client(self.daemon.socket if self.daemon else "", timeout=30) as client:
+            for _ in range(count):
+                with self._lock:
+                    content = self.fresh("burst")
+                maybe[content] = agent
+                try:
+                    client.save(agent or None, content)
+                except (OryxError, OSError):
+                    return  # the daemon went away: this one may or may not be there
+                del maybe[content]
+                acked[content] = agent
+
+    def burst(self) -> None:
+        """Several clients at once, on several agents: one group commit after another."""
+        acked: dict[str, str] = {}
+        maybe: dict[str, str] = {}
+        threads = [
+            threading.Thread(target=self._saver, args=(AGENTS[n % 3], 10, acked, maybe))
+            for n in range(6)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=120)
+        if maybe:
+            raise SoakFailure(f"saves of a running daemon failed: {list(maybe)}")
+        self.model.must.update(acked)
+
+    def human_append(self) -> None:
+        """`echo '- [...] ...' >> MEMORY.md`: an append in place, no lock."""
+        self.quiet()
+        agent = self.rng.choice(AGENTS)
+        content = self.fresh("typed")
+        text = self.file_text(agent)
+        path = self.path(agent)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if not path.exists():
+            path.write_text(text, encoding="utf-8")
+        with open(path, "a", encoding="utf-8") as handle:
+            handle.write(("" if text.endswith("\n") else "\n") + f"- [{TS}] {content}\n")
+        self.model.must[content] = agent
+        self.model.human[content] = agent
+
+    def _edited(self, agent: str, text: str) -> str:
+        """The text with a human line added to core, and maybe one of theirs removed."""
+        content = self.fresh("edited")
+        lines = text.splitlines(keepends=True)
+        core = next((i for i, line in enumerate(lines) if line.startswith("## 核心")), None)
+        new_line = f"- [{TS}] {content}\n"
+        if core is None:
+            lines = [f"## 核心记忆\n{new_line}\n", *lines]
+        else:
+            lines.insert(core + 1, new_line)
+        self.model.must[content] = agent
+        self.model.human[content] = agent
+        mine = [c for c, a in self.model.human.items() if a == agent and c != content]
+        if mine and self.rng.random() < 0.3:
+            gone = self.rng.choice(mine)
+            lines = [line for line in lines if not line.rstrip("\n").endswith(f"] {gone}")]
+            del self.model.human[gone], self.model.must[gone]
+        return "".join(lines)
+
+    def human_edit_by_rename(self) -> None:
+        """An editor that writes a temp file and renames it over MEMORY.md (vim, VS Code)."""
+        self.quiet()
+        agent = self.rng.choice(AGENTS)
+        path = self.path(agent)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.write_by_rename(path, self._edited(agent, self.file_text(agent)))
+
+    def human_edit_in_place(self) -> None:
+        """An editor that truncates the file and writes it again (nano, many IDEs)."""
+        self.quiet()
+        agent = self.rng.choice(AGENTS)
+        path = self.path(agent)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        text = self._edited(agent, self.file_text(agent))
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(text)
+
+    def human_delete(self) -> None:
+        """A human deletes a line they typed: it goes, from the rows too."""
+        if not self.model.human:
+            return
+        self.quiet()
+        content, agent = self.rng.choice(sorted(self.model.human.items()))
+        text = self.file_text(agent)
+        kept = [
+            line
+            for line in text.splitlines(keepends=True)
+            if not line.rstrip("\n").endswith(f"] {content}")
+        ]
+        self.write_by_rename(self.path(agent), "".join(kept))
+        del self.model.human[content], self.model.must[content]
+
+    def stale_buffer(self) -> None:
+        """The editor read the file; agents saved meanwhile; the old buffer is written back
+        with one new line. The saves must survive it."""
+        self.quiet()
+        agent = self.rng.choice(AGENTS)
+        buffer = self.file_text(agent)
+        for _ in range(self.rng.randint(1, 3)):
+            saved = self.client().save(agent or None, self.fresh("save"))
+            self.model.must[saved["entry"]["content"]] = agent
+        path = self.path(agent)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.write_by_rename(path, self._edited(agent, buffer))
+
+    def git_checkout_and_back(self) -> None:
+        """Commit, switch to a branch whose file has one more line, and come back."""
+        self.quiet()
+        root = self.workspace.root
+        git(root, "add", "-A")
+        git(root, "commit", "-q", "--allow-empty", "-m", "snapshot")
+        git(root, "checkout", "-q", "-B", "other")
+        agent = self.rng.choice(AGENTS)
+        path = self.path(agent)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        text = self.file_text(agent)
+        path.write_text(text + f"- [{TS}] {self.fresh('branch')}\n", encoding="utf-8")
+        git(root, "add", "-A")
+        git(root, "commit", "-q", "-m", "on the other branch")
+        time.sleep(self.rng.choice([0.0, 0.05, 0.5]))  # the daemon may or may not look
+        git(root, "checkout", "-q", self.main_branch)
+
+    def sql_insert(self) -> None:
+        agent = self.rng.choice(AGENTS)
+        content = self.fresh("row")
+        scope = self.rng.choice(["core", "archival"])
+        sql(
+            self.workspace,
+            "INSERT INTO memory_entries(agent, scope, content) VALUES "
+            f"({_sql_text(agent)}, {_sql_text(scope)}, {_sql_text(content)})",
+        )
+        self.model.must[content] = agent
+        self.model.rows[content] = agent
+
+    def sql_update(self) -> None:
+        if not self.model.rows:
+            return
+        old, agent = self.rng.choice(sorted(self.model.rows.items()))
+        new = self.fresh("updated")
+        sql(
+            self.workspace,
+            f"UPDATE memory_entries SET content = {_sql_text(new)}"
+            f" WHERE agent = {_sql_text(agent)} AND content = {_sql_text(old)}",
+        )
+        del self.model.rows[old], self.model.must[old]
+        self.model.rows[new] = self.model.must[new] = agent
+
+    def sql_delete(self) -> None:
+        if not self.model.rows:
+            return
+        content, agent = self.rng.choice(sorted(self.model.rows.items()))
+        sql(
+            self.workspace,
+            f"DELETE FROM memory_entries WHERE agent = {_sql_text(agent)}"
+            f" AND content = {_sql_text(content)}",
+        )
+        del self.model.rows[content], self.model.must[content]
+
+    def kill_and_restart(self) -> None:
+        """SIGKILL in the middle of a burst of saves, then start again."""
+        assert self.daemon is not None
+        acked: dict[str, str] = {}
+        maybe: dict[str, str] = {}
+        threads = [
+            threading.Thread(target=self._saver, args=(AGENTS[n % 3], 200, acked, maybe))
+            for n in range(3)
+        ]
+        for thread in threads:
+            thread.start()
+        time.sleep(self.rng.uniform(0.01, 0.3))
+        self.daemon.proc.send_signal(signal.SIGKILL)
+        self.daemon.proc.wait(timeout=30)
+        for thread in threads:
+            thread.join(timeout=120)
+        self.model.must.update(acked)
+        self.model.may.update(maybe)
+        for client in self.clients:
+            client.close()
+        self._start_daemon()
+
+    def inotify_overflow(self) -> None:
+        """More file events than the kernel queues while the daemon is stopped; a human
+        edit among them is lost as an event and must still arrive."""
+        assert self.daemon is not None
+        self.quiet()
+        limit = int(Path("/proc/sys/fs/inotify/max_queued_events").read_text())
+        scratch = self.workspace.agents_dir / "coder" / "scratch"
+        scratch.mkdir(parents=True, exist_ok=True)
+        self.daemon.proc.send_signal(signal.SIGSTOP)
+        try:
+            agent = self.rng.choice(AGENTS)
+            content = self.fresh("typed")
+            path = self.path(agent)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            text = self.file_text(agent)
+            with open(path, "w", encoding="utf-8") as handle:
+                handle.write(text + f"- [{TS}] {content}\n")
+            self.model.must[content] = agent
+            self.model.human[content] = agent
+            for n in range(limit // 2 + 1000):
+                name = scratch / f"f{n}"
+                name.touch()
+                name.unlink()
+        finally:
+            self.daemon.proc.send_signal(signal.SIGCONT)
+
+    # --- the check ----------------------------------------------------------------
+
+    def settle_and_check(self) -> None:
+        deadline = time.monotonic() + SETTLE_SECONDS
+        problems = self.problems()
+        while problems and time.monotonic() < deadline:
+            time.sleep(0.1)
+            problems = self.problems()
+        if problems:
+            raise SoakFailure("; ".join(problems[:10]))
+        self.stats["settles"] += 1
+
+    def problems(self) -> list[str]:
+        problems = disagreements(self.workspace)
+        if problems:
+            return problems
+        found: dict[str, Counter[str]] = {}
+        for agent in AGENTS:
+            path = self.path(agent)
+            text = path.read_text(encoding="utf-8") if path.exists() else ""
+            doc = parse(text)
+            if doc.unparsed:
+                problems.append(f"{agent!r}: lines that are not entries: {doc.unparsed[:3]}")
+            found[agent] = Counter(entry.content for entry in doc.all_entries())
+        for content, agent in self.model.must.items():
+            if found[agent][content] != 1:
+                problems.append(f"{agent!r}: {content!r} is there {found[agent][content]} times")
+        for content, agent in self.model.may.items():
+            if found[agent][content] > 1:
+                problems.append(f"{agent!r}: {content!r} (in flight) is there more than once")
+        for agent, counts in found.items():
+            for content in counts:
+                if content not in self.model.must and content not in self.model.may:
+                    problems.append(f"{agent!r}: {content!r} should not be there")
+        return problems

@@ -1,0 +1,38 @@
+"""The model-based soak test against the real daemon (see soak.py for what it plays).
+
+The default suite runs a short, fixed sequence. ``ORYXMEM_SOAK=1`` runs for
+``ORYXMEM_SOAK_SECONDS`` (default 1800) with a random seed, printed first and in
+any failure; ``ORYXMEM_SOAK_SEED=<seed>`` replays one.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+from soak import Soak
+
+from oryxmem.workspace import Workspace
+
+SHORT_STEPS = 120
+
+
+def test_soak(workspace: Workspace, tmp_path: Path) -> None:
+    long_run = os.environ.get("ORYXMEM_SOAK") == "1"
+    seed_text = os.environ.get("ORYXMEM_SOAK_SEED")
+    seed = int(seed_text) if seed_text else (random.randrange(2**31) if long_run else 20261130)
+    print(f"soak seed {seed} (replay: ORYXMEM_SOAK_SEED={seed})")
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    soak = Soak(workspace, logs, seed)
+    soak.start()
+    try:
+        if long_run:
+            soak.run(seconds=float(os.environ.get("ORYXMEM_SOAK_SECONDS", "1800")))
+        else:
+            soak.run(steps=SHORT_STEPS)
+    finally:
+        soak.stop()
+    print(f"soak seed {seed}: {len(soak.steps)} steps, {dict(soak.stats)}")
+    assert soak.stats["settles"] >= 1
