@@ -1,7 +1,60 @@
-"""python -m bench: every benchmark in bench/, one table each (--json is not shared here)."""
+"""python -m bench: every benchmark in bench/, run several times, in one table.
+
+Each figure is the median of --runs runs (their spread is shown), next to the goal
+an issue set for it and whether the median holds. Timings that depend on the
+machine's disk come with their ratio to a floor measured in the same run: one
+fsync'd atomic replace of a small file, and one SQLite commit (WAL, FULL).
+
+Run: python -m bench [--runs 3] [--quick] [--only store,sync,socket] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
 
 from bench import socket_bench, store_bench, sync_bench
+from bench.common import Figure, merge_runs, print_table
 
-store_bench.main([])
-sync_bench.main([])
-socket_bench.main([])
+BENCHMARKS = {"store": store_bench, "sync": sync_bench, "socket": socket_bench}
+# Smaller sizes for a check that the benchmarks run (minutes, not tens of minutes);
+# the goals were set for the full sizes.
+QUICK = ["--sizes", "1000,10000", "--agents", "200", "--idle", "10", "--entries", "10000"]
+
+
+def main(argv: list[str] | None = None) -> list[Figure]:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--runs", type=int, default=3, help="runs per benchmark (median)")
+    parser.add_argument("--quick", action="store_true", help="smaller sizes, shorter idle")
+    parser.add_argument("--only", default=",".join(BENCHMARKS), help="store,sync,socket")
+    parser.add_argument("--json", action="store_true")
+    for module in BENCHMARKS.values():
+        module.options(parser)
+    args = parser.parse_args(argv)
+    if args.quick:
+        args = parser.parse_args([*QUICK, *(sys.argv[1:] if argv is None else argv)])
+    started = time.monotonic()
+    figures: list[Figure] = []
+    for name in args.only.split(","):
+        runs = [BENCHMARKS[name].run(args) for _ in range(args.runs)]
+        figures += merge_runs(runs)
+    elapsed = time.monotonic() - started
+    title = (
+        f"oryxmem benchmarks: median of {args.runs} runs{' (quick sizes)' if args.quick else ''}"
+        f" on {platform.node()}, {platform.python_implementation()} {platform.python_version()},"
+        f" {elapsed:.0f} s"
+    )
+    if args.json:
+        print(json.dumps({"title": title, "figures": [f.as_dict() for f in figures]}, indent=2))
+    else:
+        print_table(title, figures)
+        missed = [f.name for f in figures if f.holds is False]
+        print(f"\n{len(missed)} goal(s) missed" + (": " + "; ".join(missed) if missed else ""))
+    return figures
+
+
+if __name__ == "__main__":
+    main()

@@ -11,7 +11,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from oryxmem.fileio import atomic_write
@@ -40,24 +40,110 @@ def fsync_replace_floor_ms(folder: Path, repeat: int = 200) -> float:
     return statistics.median(time_calls(lambda: atomic_write(target, payload), repeat))
 
 
+@dataclass(frozen=True)
+class Goal:
+    """A goal as an issue states it: value OP limit."""
+
+    op: str  # "<=", ">=" or "<"
+    limit: float
+    issue: int
+    unit: str = ""
+
+    def holds(self, value: float) -> bool:
+        if self.op == "<=":
+            return value <= self.limit
+        if self.op == ">=":
+            return value >= self.limit
+        return value < self.limit
+
+    def __str__(self) -> str:
+        return f"{self.op} {self.limit:g}{self.unit and ' ' + self.unit}"
+
+
+def at_most(limit: float, issue: int, unit: str = "") -> Goal:
+    return Goal("<=", limit, issue, unit)
+
+
+def at_least(limit: float, issue: int, unit: str = "") -> Goal:
+    return Goal(">=", limit, issue, unit)
+
+
+def below(limit: float, issue: int, unit: str = "") -> Goal:
+    return Goal("<", limit, issue, unit)
+
+
 @dataclass
 class Figure:
+    """One measured figure; with several runs, value is their median."""
+
     name: str
     value: float
     unit: str
-    goal: str = ""
-    holds: bool | None = None
+    goal: Goal | None = None
+    runs: list[float] = field(default_factory=list)
+
+    @property
+    def holds(self) -> bool | None:
+        return None if self.goal is None else self.goal.holds(self.value)
 
     def row(self) -> str:
         verdict = {None: "", True: "yes", False: "NO"}[self.holds]
-        return f"{self.name:<52} {self.value:>10.3f} {self.unit:<6} {self.goal:<22} {verdict}"
+        spread = f"{min(self.runs):.3g}..{max(self.runs):.3g}" if len(self.runs) > 1 else ""
+        goal = f"{self.goal} (#{self.goal.issue})" if self.goal else ""
+        return (
+            f"{self.name:<50} {self.value:>10.3f} {self.unit:<4} {spread:<17} {goal:<22} {verdict}"
+        )
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "value": self.value,
+            "unit": self.unit,
+            "runs": self.runs or [self.value],
+            "goal": str(self.goal) if self.goal else None,
+            "issue": self.goal.issue if self.goal else None,
+            "holds": self.holds,
+        }
 
 
 def print_table(title: str, figures: list[Figure]) -> None:
     print(f"\n{title}")
-    print(f"{'figure':<52} {'value':>10} {'unit':<6} {'goal':<22} holds")
+    print(f"{'figure':<50} {'median':>10} {'unit':<4} {'runs min..max':<17} {'goal':<22} holds")
     for figure in figures:
         print(figure.row())
+
+
+def merge_runs(runs: list[list[Figure]]) -> list[Figure]:
+    """The median of each figure over several runs, in the order of the first run."""
+    merged: dict[str, Figure] = {}
+    for figures in runs:
+        for figure in figures:
+            if figure.name not in merged:
+                merged[figure.name] = Figure(figure.name, 0.0, figure.unit, figure.goal)
+            merged[figure.name].runs.append(figure.value)
+    for figure in merged.values():
+        figure.value = statistics.median(figure.runs)
+    return list(merged.values())
+
+
+def sqlite_commit_floor_ms(folder: Path, repeat: int = 200) -> float:
+    """p50 of one one-row commit in WAL mode with synchronous=FULL: the SQLite floor."""
+    import sqlite3
+
+    conn = sqlite3.connect(folder / "floor.db", isolation_level=None)
+    try:
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = FULL")
+        conn.execute("CREATE TABLE IF NOT EXISTS t (x TEXT)")
+
+        def commit() -> None:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("INSERT INTO t VALUES ('floor')")
+            conn.execute("COMMIT")
+
+        return statistics.median(time_calls(commit, repeat))
+    finally:
+        conn.close()
 
 
 def scratch_dir(prefix: str) -> tempfile.TemporaryDirectory[str]:
@@ -69,7 +155,7 @@ def report(title: str, figures: list[Figure], as_json: bool) -> None:
     if as_json:
         import json
 
-        print(json.dumps([figure.__dict__ for figure in figures], indent=2))
+        print(json.dumps([figure.as_dict() for figure in figures], indent=2, ensure_ascii=False))
     else:
         print_table(title, figures)
 

@@ -14,10 +14,12 @@ import time
 
 from bench.common import (
     Figure,
+    at_most,
     fsync_replace_floor_ms,
     percentile,
     report,
     scratch_workspace,
+    sqlite_commit_floor_ms,
     time_calls,
 )
 from oryxmem.fileio import FileLock
@@ -65,6 +67,10 @@ def seed(workspace: Workspace, agent: str, count: int) -> None:
         for i in range(count):
             insert_entry(db, agent, NewEntry(ARCHIVAL, TS, content_for(i)), "bench")
     db.close()
+    sync(workspace)
+
+
+def sync(workspace: Workspace) -> None:
     subprocess.run(
         [sys.executable, "-m", "oryxmem", "sync"],
         env={**os.environ, "ORYXMEM_ROOT": str(workspace.root)},
@@ -77,6 +83,7 @@ def measure(count: int, repeat: int) -> list[Figure]:
     with scratch_workspace("oryxmem-bench-") as root:
         workspace = Workspace(root)
         floor = fsync_replace_floor_ms(root)
+        sql_floor = sqlite_commit_floor_ms(root)
         agent = f"a{count}"
         seed(workspace, agent, count)
         limits = StoreLimits()
@@ -91,33 +98,60 @@ def measure(count: int, repeat: int) -> list[Figure]:
         )
         first_load = time_calls(markdown.load, 1)[0]  # a cold parse of the whole file
         big = count > 1000
-        figures = [Figure(f"[{count}] fsync'd atomic replace (floor)", floor, "ms")]
-        stores: list[tuple[str, LongTermMemoryStore]] = [("markdown", markdown), ("sqlite", sqlite)]
-        for name, store in stores:
+        figures = [
+            Figure(f"[{count}] floor: fsync'd atomic replace", floor, "ms"),
+            Figure(f"[{count}] floor: SQLite commit (WAL, FULL)", sql_floor, "ms"),
+        ]
+        stores: list[tuple[str, LongTermMemoryStore, float, str]] = [
+            ("markdown", markdown, floor, "replace floor"),
+            ("sqlite", sqlite, sql_floor, "commit floor"),
+        ]
+        for name, store, its_floor, floor_name in stores:
             saves = (f"bench save {i}" for i in range(repeat))
             samples = time_calls(lambda s=store, c=saves: s.append(next(c)), repeat)  # type: ignore[misc]
             p50, p99 = statistics.median(samples), percentile(samples, 0.99)
-            goal, holds = ("<= 5 ms", p50 <= 5) if big else ("<= 2x floor", p50 <= 2 * floor)
             figures += [
-                Figure(f"[{count}] {name} durable append p50", p50, "ms", goal, holds),
+                Figure(
+                    f"[{count}] {name} durable append p50",
+                    p50,
+                    "ms",
+                    at_most(5, 2, "ms") if big else None,
+                ),
                 Figure(f"[{count}] {name} durable append p99", p99, "ms"),
-                Figure(f"[{count}] {name} append p50 / floor", p50 / floor, "x"),
+                Figure(
+                    f"[{count}] {name} append p50 / replace floor",
+                    p50 / floor,
+                    "x",
+                    None if big else at_most(2, 2, "x"),
+                ),
             ]
+            if its_floor is not floor:
+                figures.append(
+                    Figure(f"[{count}] {name} append p50 / {floor_name}", p50 / its_floor, "x")
+                )
         figures.append(Figure(f"[{count}] markdown first load (cold parse)", first_load, "ms"))
         load = statistics.median(time_calls(markdown.load, repeat))
-        figures.append(Figure(f"[{count}] markdown load() p50", load, "ms", "<= 50 ms", load <= 50))
+        goal = at_most(50, 2, "ms") if big else None
+        figures.append(Figure(f"[{count}] markdown load() p50", load, "ms", goal))
         sqlite_load = statistics.median(time_calls(sqlite.load, repeat))
         figures.append(Figure(f"[{count}] sqlite load() p50", sqlite_load, "ms"))
-        for name, store in stores:
+        for name, store, _, _ in stores:
             keywords = iter([f"step {i * 37 % count} " for i in range(repeat)])
             samples = time_calls(lambda s=store, k=keywords: s.recall(next(k)), repeat)  # type: ignore[misc]
-            p50 = statistics.median(samples)
-            goal, holds = ("<= 5 ms", p50 <= 5) if name == "sqlite" else ("", None)
-            figures.append(Figure(f"[{count}] {name} recall p50", p50, "ms", goal, holds))
+            goal = at_most(5, 2, "ms") if name == "sqlite" and big else None
+            figures.append(
+                Figure(f"[{count}] {name} recall p50", statistics.median(samples), "ms", goal)
+            )
+        # The saves above changed file and rows behind sync's back: a CLI recall now
+        # parses the file. Once a sync has seen them (a running daemon does at once),
+        # a large file's rows answer instead.
+        unsynced = cold_cli_recall(workspace, agent)
+        sync(workspace)
         cli = cold_cli_recall(workspace, agent)
-        figures.append(
-            Figure(f"[{count}] oryxmem recall, cold CLI start", cli, "ms", "<= 150 ms", cli <= 150)
-        )
+        label = f"[{count}] oryxmem recall, cold CLI, no daemon"
+        figures.append(Figure(label, cli, "ms", at_most(150, 2, "ms")))
+        label = f"[{count}]   same, file changed since the last sync"
+        figures.append(Figure(label, unsynced, "ms"))
         return figures
 
 
@@ -136,15 +170,24 @@ def cold_cli_recall(workspace: Workspace, agent: str, repeat: int = 5) -> float:
     return statistics.median(samples)
 
 
-def main(argv: list[str] | None = None) -> list[Figure]:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--sizes", default="1000,100000")
-    parser.add_argument("--repeat", type=int, default=200)
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args(argv)
+def options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--sizes", default="1000,100000", help="archival entries per agent")
+    parser.add_argument("--repeat", type=int, default=200, help="samples per figure")
+
+
+def run(args: argparse.Namespace) -> list[Figure]:
     figures: list[Figure] = []
     for count in (int(size) for size in args.sizes.split(",")):
         figures += measure(count, args.repeat)
+    return figures
+
+
+def main(argv: list[str] | None = None) -> list[Figure]:
+    parser = argparse.ArgumentParser(description=__doc__)
+    options(parser)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    figures = run(args)
     report("store benchmark", figures, args.json)
     return figures
 

@@ -7,6 +7,7 @@ global memory file; every result says which file served it and why.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -21,7 +22,8 @@ from oryxmem.errors import (
     OryxError,
 )
 from oryxmem.fileio import FileLock
-from oryxmem.store.base import LongTermMemoryStore, StoreLimits
+from oryxmem.store.base import LongTermMemoryStore, StoreLimits, fold_keyword
+from oryxmem.store.db import BUSY_TIMEOUT_MS
 from oryxmem.store.format import (
     ARCHIVAL,
     CANONICAL_HEADINGS,
@@ -42,6 +44,9 @@ if TYPE_CHECKING:
     from oryxmem.store.sessions import SessionInfo, SessionStore
 
 log = logging.getLogger("oryxmem")
+# A MEMORY.md this large costs more to parse (about 35 ms per MB) than a look at its
+# rows through a read-only connection: a recall from the CLI asks the rows first.
+ROWS_ANSWER_FROM_BYTES = 256 * 1024
 
 
 @dataclass(frozen=True)
@@ -228,18 +233,52 @@ class MemoryService:
     def recall(self, agent: str | None, keyword: str) -> RecallResult:
         ref = self.resolve(agent)
         store = self.store(ref)
-        # Where the database is open anyway (the daemon), an in-sync agent's rows answer
-        # through the trigram index; a CLI process would pay more to open it than it saves.
-        if isinstance(store, MarkdownMemoryStore) and self._db is not None:
-            mirror = self._mirror_if_in_sync(ref.agent)
-            if mirror is not None:
-                store = mirror  # the rows equal the file: the trigram index answers
+        if isinstance(store, MarkdownMemoryStore):
+            # When the rows equal the file, the trigram index answers: where the database
+            # is open anyway (the daemon), and in a short-lived process (the CLI) when the
+            # file is large enough that parsing it costs more than a look at the rows.
+            if self._db is not None:
+                mirror = self._mirror_if_in_sync(ref.agent)
+                if mirror is not None:
+                    return RecallResult(ref, keyword, mirror.recall(keyword))
+            else:
+                entries = self._recall_from_rows(ref.agent, keyword)
+                if entries is not None:
+                    return RecallResult(ref, keyword, [entry.render() for entry in entries])
         return RecallResult(ref, keyword, store.recall(keyword))
+
+    def _recall_from_rows(self, agent: str, keyword: str) -> list[Entry] | None:
+        """Recall through the rows of a large file that is in sync, with a plain read-only
+        connection (no sqlite-utils, no migrations); None: read the file instead."""
+        import sqlite3
+
+        from oryxmem.store.sqlite import recall_rows
+        from oryxmem.sync.table import is_settled
+
+        folded = fold_keyword(keyword)
+        try:
+            info = os.stat(self.workspace.memory_path(agent))
+        except FileNotFoundError:
+            return None
+        if info.st_size < ROWS_ANSWER_FROM_BYTES or not self.workspace.db_path.exists():
+            return None
+        uri = f"{self.workspace.db_path.as_uri()}?mode=ro"
+        try:
+            conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_MS / 1000)
+        except sqlite3.Error:
+            return None
+        try:
+            if not is_settled(conn, agent, (info.st_ino, info.st_size, info.st_mtime_ns)):
+                return None
+            return recall_rows(conn, agent, folded)
+        except sqlite3.Error as error:  # an older schema, a locked file: the file answers
+            log.info("recall from the rows of %s skipped: %s", agent or "(global)", error)
+            return None
+        finally:
+            conn.close()
 
     def _mirror_if_in_sync(self, agent: str) -> LongTermMemoryStore | None:
         """The agent's rows as a store, when sync says they equal its MEMORY.md right now."""
-        import os
-
         from oryxmem.store.sqlite import SqliteMemoryStore
         from oryxmem.sync.table import is_settled
 

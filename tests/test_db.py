@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from oryxmem.store.base import StoreLimits
-from oryxmem.store.db import connect, migrations
+from oryxmem.store.db import connect
+from oryxmem.store.schema import migrations
 from oryxmem.store.sqlite import SqliteMemoryStore
 
 pytestmark = pytest.mark.skipif(shutil.which("sqlite3") is None, reason="needs the sqlite3 shell")

@@ -177,3 +177,39 @@ def test_timestamps_follow_memory_timezone(
     finally:
         monkeypatch.undo()
         time.tzset()
+
+
+def test_a_large_file_in_sync_is_recalled_from_its_rows_and_a_changed_one_from_itself(
+    workspace: Workspace,
+) -> None:
+    from oryxmem.service import ROWS_ANSWER_FROM_BYTES
+    from oryxmem.store.format import render_entry_line
+    from oryxmem.sync.engine import SyncEngine
+
+    path = workspace.memory_path("big")
+    path.parent.mkdir(parents=True)
+    lines = [render_entry_line("2026-11-30 10:00:00", f"Step {i} of ÄRGER") for i in range(6000)]
+    path.write_text("## 归档记忆\n" + "\n".join(lines) + "\n", encoding="utf-8")
+    assert path.stat().st_size > ROWS_ANSWER_FROM_BYTES
+    syncing = MemoryService(workspace, Config.load(workspace.config_path))
+    SyncEngine(syncing).reconcile_all()
+    syncing.close()
+
+    cli = MemoryService(workspace, Config.load(workspace.config_path))  # no database open
+    from_rows = cli._recall_from_rows("big", "step 59")
+    assert from_rows is not None  # in sync: the rows answered
+    assert [e.render() for e in from_rows] == cli.recall("big", "step 59").lines
+    assert cli.recall("big", "STEP 5999 of ärger").lines == [lines[5999]]
+    assert cli._db is None  # and sqlite-utils never opened it
+
+    with open(path, "a", encoding="utf-8") as handle:  # changed since the last sync
+        handle.write(render_entry_line("2026-11-30 10:00:01", "step 5900 typed later") + "\n")
+    assert cli._recall_from_rows("big", "step 59") is None
+    assert cli.recall("big", "typed later").lines[0].endswith("step 5900 typed later")
+    cli.close()
+
+
+def test_a_small_file_is_recalled_from_itself(service: MemoryService) -> None:
+    service.save("coder", "small and quick")
+    assert service._recall_from_rows("coder", "quick") is None
+    assert service.recall("coder", "quick").lines[0].endswith("small and quick")

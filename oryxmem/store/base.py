@@ -58,9 +58,7 @@ class LongTermMemoryStore(ABC):
 
     def recall(self, keyword: str) -> list[str]:
         """Archival entries containing keyword (casefolded), oldest first, as lines."""
-        if not keyword.strip():
-            raise EmptyKeywordError("the recall keyword is empty")
-        return [entry.render() for entry in self._recall(keyword.casefold())]
+        return [entry.render() for entry in self._recall(fold_keyword(keyword))]
 
     @abstractmethod
     def _append(self, addition: NewEntry) -> Entry: ...
@@ -75,3 +73,10 @@ class LongTermMemoryStore(ABC):
     @abstractmethod
     def entries(self) -> tuple[list[Entry], list[Entry]]:
         """Every (core, archival) entry, in order."""
+
+
+def fold_keyword(keyword: str) -> str:
+    """The keyword as recall matches it (casefolded); an empty one is an error."""
+    if not keyword.strip():
+        raise EmptyKeywordError("the recall keyword is empty")
+    return keyword.casefold()

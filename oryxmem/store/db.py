@@ -1,9 +1,8 @@
-"""The SQLite database ``.oryxos/oryxos.db``: connection settings and schema migrations.
+"""The SQLite database ``.oryxos/oryxos.db``: opening it, and write transactions.
 
-Table names and the documented columns of ``memory_entries`` (agent, scope,
-ts, content) are a contract: other programs write them with plain SQL. The
-triggers below log every such write in ``memory_changes`` so the sync engine
-sees writes made by other processes.
+sqlite-utils is imported only when the database is opened for writing (it takes
+about 75 ms to import): a CLI call that only reads, or never needs the
+database, does not pay for it. The schema is in schema.py.
 """
 
 from __future__ import annotations
@@ -13,206 +12,29 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-
-from sqlite_utils import Database, Migrations
+from typing import TYPE_CHECKING, Any, Protocol
 
 from oryxmem.errors import StorageError
 
+if TYPE_CHECKING:
+    from sqlite_utils import Database
+
+
+class Executes(Protocol):
+    """What reading needs of a connection: a sqlite3.Connection or a sqlite-utils Database."""
+
+    def execute(self, sql: str, parameters: Any = ..., /) -> sqlite3.Cursor: ...
+
+
 BUSY_TIMEOUT_MS = 10_000
-
-migrations = Migrations("oryxmem")
-
-
-@migrations()
-def create_memory_entries(db: Database) -> None:
-    db.execute(
-        """
-        CREATE TABLE memory_entries (
-            id INTEGER PRIMARY KEY,
-            agent TEXT NOT NULL DEFAULT '',
-            scope TEXT NOT NULL DEFAULT 'archival',
-            ts TEXT DEFAULT (strftime('%Y-%m-%d %H:%M:%S', 'now', 'localtime')),
-            content TEXT NOT NULL,
-            -- Below: oryxmem's own columns. entry_id is NULL for a row another
-            -- program wrote until oryxmem has taken it in.
-            entry_id TEXT,
-            seq INTEGER,
-            source TEXT NOT NULL DEFAULT 'db',
-            indexed INTEGER NOT NULL DEFAULT 0
-        )
-        """
-    )
-    db.execute("CREATE INDEX memory_entries_order ON memory_entries(agent, scope, seq)")
-    db.execute("CREATE INDEX memory_entries_by_entry_id ON memory_entries(agent, entry_id)")
-    db.execute(
-        "CREATE INDEX memory_entries_unindexed ON memory_entries(agent, scope) WHERE indexed = 0"
-    )
-    # Casefolded content, indexed by trigrams for recall; rowid = memory_entries.id.
-    # Filled by oryxmem (SQL cannot casefold); a row written or changed by another
-    # program is dropped from it and marked unindexed by the triggers below.
-    db.execute(
-        "CREATE VIRTUAL TABLE memory_fts USING fts5(folded, tokenize='trigram case_sensitive 1')"
-    )
-    db.execute(
-        """
-        CREATE TABLE memory_changes (
-            seq INTEGER PRIMARY KEY AUTOINCREMENT,
-            op TEXT NOT NULL,
-            row_id INTEGER NOT NULL,
-            agent TEXT,
-            old_agent TEXT,
-            at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%d %H:%M:%f', 'now'))
-        )
-        """
-    )
-    db.execute(
-        """
-        CREATE TRIGGER memory_entries_insert AFTER INSERT ON memory_entries BEGIN
-            INSERT INTO memory_changes(op, row_id, agent) VALUES ('insert', NEW.id, NEW.agent);
-        END
-        """
-    )
-    # A row written without a position goes after the others of its section.
-    db.execute(
-        """
-        CREATE TRIGGER memory_entries_order_new AFTER INSERT ON memory_entries
-        WHEN NEW.seq IS NULL BEGIN
-            UPDATE memory_entries SET seq = 1 + coalesce((
-                SELECT max(seq) FROM memory_entries
-                WHERE agent = NEW.agent AND scope = NEW.scope AND id != NEW.id
-            ), 0) WHERE id = NEW.id;
-        END
-        """
-    )
-    db.execute(
-        """
-        CREATE TRIGGER memory_entries_update AFTER UPDATE OF agent, scope, ts, content
-        ON memory_entries BEGIN
-            DELETE FROM memory_fts WHERE rowid = OLD.id;
-            UPDATE memory_entries SET indexed = 0 WHERE id = NEW.id;
-            INSERT INTO memory_changes(op, row_id, agent, old_agent)
-            VALUES ('update', NEW.id, NEW.agent, OLD.agent);
-        END
-        """
-    )
-    db.execute(
-        """
-        CREATE TRIGGER memory_entries_delete AFTER DELETE ON memory_entries BEGIN
-            DELETE FROM memory_fts WHERE rowid = OLD.id;
-            INSERT INTO memory_changes(op, row_id, agent) VALUES ('delete', OLD.id, OLD.agent);
-        END
-        """
-    )
-    db.execute(
-        """
-        CREATE TABLE memory_history (
-            id INTEGER PRIMARY KEY,
-            at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%d %H:%M:%S', 'now', 'localtime')),
-            agent TEXT NOT NULL,
-            op TEXT NOT NULL,
-            source TEXT NOT NULL,
-            scope TEXT,
-            entry_id TEXT,
-            ts TEXT,
-            content TEXT,
-            detail TEXT
-        )
-        """
-    )
-    db.execute("CREATE INDEX memory_history_agent ON memory_history(agent, id)")
-    db.execute(
-        """
-        CREATE TABLE sync_state (
-            agent TEXT PRIMARY KEY,
-            path TEXT NOT NULL,
-            size INTEGER,
-            mtime_ns INTEGER,
-            inode INTEGER,
-            sha256 TEXT,
-            entry_ids TEXT NOT NULL DEFAULT '[]',
-            status TEXT NOT NULL DEFAULT 'ok',
-            detail TEXT,
-            updated_at TEXT
-        )
-        """
-    )
-
-
-@migrations()
-def create_sessions(db: Database) -> None:
-    db.table("sessions").create(
-        {
-            "id": str,
-            "agent": str,
-            "created_at": str,
-            "updated_at": str,
-            "messages_json": str,
-        },
-        pk="id",
-        not_null={"agent", "created_at", "updated_at", "messages_json"},
-        defaults={"messages_json": "'[]'"},
-    )
-    db.table("sessions").create_index(["agent", "updated_at"])
-    db.table("tool_invocations").create(
-        {
-            "id": int,
-            "tool": str,
-            "agent": str,
-            "session": str,
-            "input": str,
-            "output": str,
-            "ok": int,
-            "ms": float,
-            "at": str,
-        },
-        pk="id",
-        not_null={"tool", "agent", "ok", "ms", "at"},
-    )
-
-
-@migrations()
-def add_quarantine_and_change_cursor(db: Database) -> None:
-    # Rows another program wrote that break the rules: kept here, never dropped.
-    db.execute(
-        """
-        CREATE TABLE memory_quarantine (
-            id INTEGER PRIMARY KEY,
-            at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%d %H:%M:%S', 'now', 'localtime')),
-            row_id INTEGER,
-            agent TEXT,
-            scope TEXT,
-            ts TEXT,
-            content TEXT,
-            reason TEXT NOT NULL
-        )
-        """
-    )
-    # The last memory_changes.seq reconcile has taken in, per agent.
-    db.execute("ALTER TABLE sync_state ADD COLUMN change_seq INTEGER NOT NULL DEFAULT 0")
-    db.execute("CREATE INDEX memory_changes_agent ON memory_changes(agent, seq)")
-    db.execute(
-        "CREATE INDEX memory_changes_old_agent ON memory_changes(old_agent, seq)"
-        " WHERE old_agent IS NOT NULL"
-    )
-
-
-@migrations()
-def agreed_ids_in_their_own_table(db: Database) -> None:
-    # One row per agreed entry id: a save adds one row instead of rewriting a list
-    # that holds every id of the file. sync_state.entry_ids is no longer used.
-    db.execute(
-        "CREATE TABLE sync_agreed (agent TEXT NOT NULL, entry_id TEXT NOT NULL,"
-        " PRIMARY KEY (agent, entry_id)) WITHOUT ROWID"
-    )
-    db.execute(
-        "INSERT OR IGNORE INTO sync_agreed(agent, entry_id)"
-        " SELECT s.agent, j.value FROM sync_state s, json_each(s.entry_ids) j"
-    )
-    db.execute("UPDATE sync_state SET entry_ids = '[]'")
 
 
 def connect(path: Path) -> Database:
     """Open (creating if needed) and migrate the database, WAL and synchronous=FULL."""
+    from sqlite_utils import Database
+
+    from oryxmem.store.schema import migrations
+
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         conn = sqlite3.connect(

@@ -6,12 +6,13 @@ import json
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any
-
-from sqlite_utils import Database
+from typing import TYPE_CHECKING, Any
 
 from oryxmem.errors import EmptyContentError, InvalidRoleError, SessionNotFoundError
 from oryxmem.store.db import write_transaction
+
+if TYPE_CHECKING:
+    from sqlite_utils import Database
 
 ROLES = ("user", "assistant", "system", "tool")
 

@@ -9,13 +9,11 @@ oryxmem has not indexed yet are checked directly, so recall never misses them.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
-
-from sqlite_utils import Database
+from typing import TYPE_CHECKING, Any
 
 from oryxmem.clock import Clock
 from oryxmem.store.base import LongTermMemoryStore, MemorySnapshot, StoreLimits
-from oryxmem.store.db import write_transaction
+from oryxmem.store.db import Executes, write_transaction
 from oryxmem.store.format import (
     ARCHIVAL,
     CORE,
@@ -25,6 +23,9 @@ from oryxmem.store.format import (
     entry_id_for,
     entry_key,
 )
+
+if TYPE_CHECKING:
+    from sqlite_utils import Database
 
 _COLUMNS = "e.id, e.scope, e.ts, e.content, e.entry_id, e.seq"
 _TRIGRAM = 3
@@ -113,22 +114,27 @@ class SqliteMemoryStore(LongTermMemoryStore):
         return MemorySnapshot(core, replace(window, omitted=total - len(window.lines)), total)
 
     def _recall(self, folded_keyword: str) -> list[Entry]:
-        # CROSS JOIN keeps the index as the outer loop: left to itself, the
-        # planner walks every row of the agent and runs the MATCH once per row.
-        if len(folded_keyword) >= _TRIGRAM:
-            match, argument = "memory_fts MATCH ?", fts_phrase(folded_keyword)
-        else:
-            match, argument = "instr(f.folded, ?) > 0", folded_keyword
-        indexed = self.db.execute(
-            f"SELECT {_COLUMNS} FROM memory_fts f CROSS JOIN memory_entries e ON e.id = f.rowid"
-            f" WHERE {match} AND e.agent = ? AND e.scope = ?",
-            [argument, self.agent, ARCHIVAL],
-        )
-        unindexed = self.db.execute(
-            f"SELECT {_COLUMNS} FROM memory_entries e INDEXED BY memory_entries_unindexed"
-            " WHERE e.agent = ? AND e.scope = ? AND e.indexed = 0",
-            [self.agent, ARCHIVAL],
-        )
-        rows = {row[0]: row for row in [*indexed, *unindexed]}
-        hits = sorted(rows.values(), key=lambda row: (row[5] or 0, row[0]))
-        return [_entry(row) for row in hits if folded_keyword in row[3].casefold()]
+        return recall_rows(self.db, self.agent, folded_keyword)
+
+
+def recall_rows(db: Executes, agent: str, folded_keyword: str) -> list[Entry]:
+    """The agent's archival rows holding the keyword, in file order, through the index."""
+    # CROSS JOIN keeps the index as the outer loop: left to itself, the
+    # planner walks every row of the agent and runs the MATCH once per row.
+    if len(folded_keyword) >= _TRIGRAM:
+        match, argument = "memory_fts MATCH ?", fts_phrase(folded_keyword)
+    else:
+        match, argument = "instr(f.folded, ?) > 0", folded_keyword
+    indexed = db.execute(
+        f"SELECT {_COLUMNS} FROM memory_fts f CROSS JOIN memory_entries e ON e.id = f.rowid"
+        f" WHERE {match} AND e.agent = ? AND e.scope = ?",
+        [argument, agent, ARCHIVAL],
+    )
+    unindexed = db.execute(
+        f"SELECT {_COLUMNS} FROM memory_entries e INDEXED BY memory_entries_unindexed"
+        " WHERE e.agent = ? AND e.scope = ? AND e.indexed = 0",
+        [agent, ARCHIVAL],
+    )
+    rows = {row[0]: row for row in [*indexed, *unindexed]}
+    hits = sorted(rows.values(), key=lambda row: (row[5] or 0, row[0]))
+    return [_entry(row) for row in hits if folded_keyword in row[3].casefold()]

@@ -14,9 +14,7 @@ import logging
 import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
-
-from sqlite_utils import Database
+from typing import TYPE_CHECKING, NamedTuple
 
 from oryxmem.errors import MemoryFileUnreadableError
 from oryxmem.fileio import ConcurrentChange
@@ -28,6 +26,9 @@ from oryxmem.sync import table
 from oryxmem.sync.git import git_operation_in_progress
 from oryxmem.sync.reconcile import Plan, additions_as_new_entries, reconcile
 from oryxmem.workspace import GLOBAL_AGENT, check_agent_name
+
+if TYPE_CHECKING:
+    from sqlite_utils import Database
 
 log = logging.getLogger("oryxmem.sync")
 

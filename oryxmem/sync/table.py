@@ -9,15 +9,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
-
-from sqlite_utils import Database
+from typing import TYPE_CHECKING, Any
 
 from oryxmem.errors import OryxError
+from oryxmem.store.db import Executes
 from oryxmem.store.format import SCOPES, TIMESTAMP_RE, Entry, normalize_content
 from oryxmem.store.sqlite import insert_indexed_row
 from oryxmem.sync.reconcile import Plan, RowState, number_rows
 from oryxmem.workspace import agent_name_problem
+
+if TYPE_CHECKING:
+    from sqlite_utils import Database
 
 
 @dataclass(frozen=True)
@@ -131,7 +133,7 @@ def read_rows(db: Database, agent: str) -> list[RowState]:
     return number_rows(rows)
 
 
-def read_state(db: Database, agent: str, *, with_agreed: bool = True) -> SyncState | None:
+def read_state(db: Executes, agent: str, *, with_agreed: bool = True) -> SyncState | None:
     """The agreed state; without with_agreed the id list (large for a large file) is skipped."""
     row = db.execute(
         "SELECT agent, path, size, mtime_ns, inode, sha256, status, detail, change_seq"
@@ -152,7 +154,7 @@ def read_state(db: Database, agent: str, *, with_agreed: bool = True) -> SyncSta
 FileStat = tuple[int | None, int | None, int | None]  # (inode, size, mtime_ns)
 
 
-def is_current(db: Database, state: SyncState, stat: FileStat | None = None) -> bool:
+def is_current(db: Executes, state: SyncState, stat: FileStat | None = None) -> bool:
     """Does the agreed state still hold: status ok, no row changed since, and (when
     given) the file still has the stat it had then?"""
     return (
@@ -162,7 +164,7 @@ def is_current(db: Database, state: SyncState, stat: FileStat | None = None) -> 
     )
 
 
-def is_settled(db: Database, agent: str, stat: FileStat) -> bool:
+def is_settled(db: Executes, agent: str, stat: FileStat) -> bool:
     """Is the agent in sync with its file as it is now? Cheap: no id list is read."""
     state = read_state(db, agent, with_agreed=False)
     return state is not None and is_current(db, state, stat)
@@ -223,7 +225,7 @@ def agents_with_pending_changes(db: Database) -> list[str]:
     return [row[0] for row in rows if row[0] is not None]
 
 
-def has_pending_changes(db: Database, agent: str, since_seq: int) -> bool:
+def has_pending_changes(db: Executes, agent: str, since_seq: int) -> bool:
     """Did this agent's rows change after since_seq? One index probe."""
     row = db.execute(
         "SELECT 1 FROM memory_changes WHERE agent = ?1 AND seq > ?2"
