@@ -22,7 +22,7 @@ from bench.common import Figure, merge_runs, print_table
 BENCHMARKS = {"store": store_bench, "sync": sync_bench, "socket": socket_bench}
 # Smaller sizes for a check that the benchmarks run (minutes, not tens of minutes);
 # the goals were set for the full sizes.
-QUICK = ["--sizes", "1000,10000", "--agents", "200", "--idle", "10", "--entries", "10000"]
+QUICK = ["--sizes", "1000,10000", "--agents", "200", "--idle", "10", "--recall-entries", "10000"]
 
 
 def main(argv: list[str] | None = None) -> list[Figure]:

@@ -6,6 +6,7 @@ Run: python -m bench.socket_bench [--saves 500] [--seconds 3] [--entries 100000]
 from __future__ import annotations
 
 import argparse
+import asyncio
 import multiprocessing
 import os
 import resource
@@ -69,6 +70,34 @@ def throughput(sock: Path, clients: int, seconds: float) -> float:
     return total / seconds
 
 
+async def _connections(sock: Path, connections: int, seconds: float) -> float:
+    """Saves/s from one process holding `connections` keep-alive connections (aiohttp's
+    client), each sending its next save when the last is answered: a load generator
+    that costs the machine far less than one Python process per client."""
+    import aiohttp
+
+    connector = aiohttp.UnixConnector(path=str(sock), limit=connections)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        deadline = time.monotonic() + seconds
+
+        async def one(n: int) -> int:
+            done = 0
+            while time.monotonic() < deadline:
+                url = f"http://oryxmem/api/v1/agents/agent{n % 4}/memory"
+                async with session.post(url, json={"content": f"load {n} {done}"}) as reply:
+                    if (await reply.json())["code"] != 0:
+                        raise RuntimeError(await reply.text())
+                done += 1
+            return done
+
+        counts = await asyncio.gather(*(one(n) for n in range(connections)))
+    return sum(counts) / seconds
+
+
+def connections_throughput(sock: Path, connections: int, seconds: float) -> float:
+    return asyncio.run(_connections(sock, connections, seconds))
+
+
 def seed(workspace: Workspace, agent: str, count: int) -> None:
     path = workspace.memory_path(agent)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -83,7 +112,9 @@ def seed(workspace: Workspace, agent: str, count: int) -> None:
 def options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--saves", type=int, default=500, help="one-client saves timed")
     parser.add_argument("--seconds", type=float, default=3.0, help="each throughput run")
-    parser.add_argument("--entries", type=int, default=100_000, help="archival entries recalled")
+    parser.add_argument(
+        "--recall-entries", type=int, default=100_000, help="archival entries recalled"
+    )
 
 
 def main(argv: list[str] | None = None) -> list[Figure]:
@@ -110,7 +141,7 @@ def run(args: argparse.Namespace) -> list[Figure]:
     figures: list[Figure] = []
     with scratch_workspace("oryxmem-socket-") as root:
         workspace = Workspace(root)
-        seed(workspace, "big", args.entries)
+        seed(workspace, "big", args.recall_entries)
         sock = Path(f"/tmp/oryxmem-bench-{os.getpid()}.sock")
         floor = fsync_replace_floor_ms(root)
         sql_floor = sqlite_commit_floor_ms(root)
@@ -147,19 +178,23 @@ def run(args: argparse.Namespace) -> list[Figure]:
                     figures.append(
                         Figure("  client CPU per save (16 clients)", used / saves * 1000, "ms")
                     )
+            for connections in (16, 64):
+                rate = connections_throughput(sock, connections, args.seconds)
+                label = f"durable saves/s, {connections} connections of one process"
+                figures.append(Figure(label, rate, "/s"))
             health = client.health()
             batches = max(health["save_batches"], 1)
             figures.append(
                 Figure("  saves per group commit (mean)", health["saves"] / batches, "x")
             )
-            keywords = [f"step {i * 7919 % args.entries} of" for i in range(200)]
+            keywords = [f"step {i * 7919 % args.recall_entries} of" for i in range(200)]
             client.recall("big", "warm up")
             recall = [0.0] * len(keywords)
             for i, keyword in enumerate(keywords):
                 started = time.perf_counter()
                 client.recall("big", keyword)
                 recall[i] = (time.perf_counter() - started) * 1000
-            label = f"recall p50 at {args.entries} archival entries"
+            label = f"recall p50 at {args.recall_entries} archival entries"
             figures.append(Figure(label, statistics.median(recall), "ms", at_most(3, 4, "ms")))
             context = []
             for _ in range(200):
@@ -168,7 +203,7 @@ def run(args: argparse.Namespace) -> list[Figure]:
                 context.append((time.perf_counter() - started) * 1000)
             figures.append(
                 Figure(
-                    f"context p50 ({args.entries}-entry agent)",
+                    f"context p50 ({args.recall_entries}-entry agent)",
                     statistics.median(context),
                     "ms",
                     at_most(2, 4, "ms"),

@@ -355,8 +355,10 @@ def status(ctx: Context, socket_only: bool, as_json: bool) -> None:
 @pass_context
 def sync(ctx: Context, agent: str | None, check: bool, watch: bool, as_json: bool) -> None:
     """Make every MEMORY.md and the memory_entries table agree (one pass, no daemon needed)."""
+    from oryxmem.fileio import raise_open_file_limit
     from oryxmem.sync.engine import SyncEngine
 
+    raise_open_file_limit()  # a lock file stays open per agent synced
     if watch:
         _watch(ctx)
         return

@@ -14,6 +14,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import json
+import logging
 import os
 import secrets
 import stat
@@ -297,3 +298,25 @@ class ConcurrentChange(Exception):
     def __init__(self, path: Path) -> None:
         super().__init__(f"{path} changed while it was being written")
         self.path = path
+
+
+def raise_open_file_limit() -> int:
+    """Lift this process's soft limit on open files to its hard limit; the new soft limit.
+
+    A process that keeps every agent's lock file (and MEMORY.md) open needs more
+    than the 1,024 a desktop session often starts with; the hard limit (usually
+    far higher) is ours to take.
+    """
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+            soft = wanted
+        except (ValueError, OSError) as error:  # keep going with what we have
+            logging.getLogger("oryxmem").warning(
+                "could not raise the open-file limit from %d to %d: %s", soft, wanted, error
+            )
+    return int(soft)

@@ -466,3 +466,22 @@ def test_default_socket_path(workspace: Workspace, monkeypatch: pytest.MonkeyPat
     assert socket_path(workspace, config) == expected
     monkeypatch.setenv("ORYXMEM_SOCKET", "/tmp/elsewhere.sock")
     assert socket_path(workspace, config) == Path("/tmp/elsewhere.sock")
+
+
+def test_hundreds_of_agents_with_a_low_open_file_limit(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    """Each agent it writes keeps a lock file (and its MEMORY.md) open: the daemon raises
+    its soft limit on open files to the hard one, as a service that needs them should."""
+    import resource
+
+    def low_limit() -> None:
+        resource.setrlimit(
+            resource.RLIMIT_NOFILE, (256, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
+        )
+
+    with daemon(workspace, tmp_path / "daemon.log", preexec_fn=low_limit) as running:
+        with Client(running.socket) as client:
+            for n in range(300):
+                client.save(f"agent{n:03d}", f"fact {n}")
+        wait_until(lambda: disagreements(workspace) == [], timeout=60)

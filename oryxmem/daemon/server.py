@@ -27,6 +27,7 @@ from oryxmem.daemon import api, sockets
 from oryxmem.daemon.notify import notify, watchdog_interval
 from oryxmem.daemon.worker import MemoryWorker
 from oryxmem.errors import DaemonAlreadyRunningError
+from oryxmem.fileio import raise_open_file_limit
 from oryxmem.service import MemoryService, close_stores
 from oryxmem.store.db import connect
 from oryxmem.store.markdown import MarkdownMemoryStore
@@ -70,6 +71,7 @@ class Daemon:
 
     def run(self) -> int:
         self._take_workspace_lock()
+        raise_open_file_limit()  # a lock file (and a MEMORY.md) stays open per agent
         activated = sockets.from_systemd()
         if activated is not None:
             sock = activated
