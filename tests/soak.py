@@ -382,23 +382,25 @@ class Soak:
         assert self.daemon is not None
         self.quiet()
         limit = int(Path("/proc/sys/fs/inotify/max_queued_events").read_text())
-        scratch = self.workspace.agents_dir / "coder" / "scratch"
-        scratch.mkdir(parents=True, exist_ok=True)
+        scratch = self.workspace.agents_dir / "coder" / "scratch"  # watched, no agent's memory
+        if not scratch.exists():
+            scratch.mkdir(parents=True)
+            time.sleep(0.5)  # the watcher adds its watch on the new folder
+        agent = self.rng.choice(AGENTS)
+        path = self.path(agent)
+        path.parent.mkdir(parents=True, exist_ok=True)
         self.daemon.proc.send_signal(signal.SIGSTOP)
         try:
-            agent = self.rng.choice(AGENTS)
-            content = self.fresh("typed")
-            path = self.path(agent)
-            path.parent.mkdir(parents=True, exist_ok=True)
+            for n in range(limit // 2 + 1000):  # a create and a delete each: the queue fills
+                name = scratch / f"f{n}"
+                name.touch()
+                name.unlink()
+            content = self.fresh("typed")  # and the event of this edit is dropped
             text = self.file_text(agent)
             with open(path, "w", encoding="utf-8") as handle:
                 handle.write(text + f"- [{TS}] {content}\n")
             self.model.must[content] = agent
             self.model.human[content] = agent
-            for n in range(limit // 2 + 1000):
-                name = scratch / f"f{n}"
-                name.touch()
-                name.unlink()
         finally:
             self.daemon.proc.send_signal(signal.SIGCONT)
 

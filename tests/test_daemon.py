@@ -485,3 +485,34 @@ def test_hundreds_of_agents_with_a_low_open_file_limit(
             for n in range(300):
                 client.save(f"agent{n:03d}", f"fact {n}")
         wait_until(lambda: disagreements(workspace) == [], timeout=60)
+
+
+def test_an_inotify_queue_overflow_is_caught_by_a_rescan_at_once(
+    workspace: Workspace, running: RunningDaemon
+) -> None:
+    """More file events than the kernel queues, while the daemon cannot read them; the
+    one that mattered (a human edit) is lost as an event, and must still arrive well
+    before the periodic rescan (24 to 36 s)."""
+    import signal as signals
+
+    with Client(running.socket) as client:
+        client.save("coder", "before the storm")
+    wait_until(lambda: disagreements(workspace) == [])
+    limit = int(Path("/proc/sys/fs/inotify/max_queued_events").read_text())
+    scratch = workspace.agents_dir / "coder" / "scratch"  # watched, but no agent's memory
+    scratch.mkdir()
+    time.sleep(0.5)  # the watcher adds its watch on the new folder
+    running.proc.send_signal(signals.SIGSTOP)
+    try:
+        for n in range(limit // 2 + 1000):  # a create and a delete each: the queue fills
+            (scratch / f"f{n}").touch()
+            (scratch / f"f{n}").unlink()
+        with open(workspace.memory_path("coder"), "a", encoding="utf-8") as handle:
+            handle.write(f"- [{TS}] typed during the storm\n")  # its event is dropped
+    finally:
+        running.proc.send_signal(signals.SIGCONT)
+    took = wait_until(lambda: disagreements(workspace) == [], timeout=15)
+    assert took < 15
+    with Client(running.socket) as client:
+        assert client.health()["event_overflows"] >= 1
+        assert client.recall("coder", "during the storm")["lines"][0].endswith("during the storm")
