@@ -99,3 +99,16 @@ def test_readme_opens_with_the_two_setup_commands() -> None:
     assert "./dev demo" in setup and "./dev test" in setup
     ci = (README.parent / ".ci" / "run").read_text()
     assert "./dev test" in ci
+
+
+def test_every_test_the_guarantees_name_exists() -> None:
+    """Each promise in the README's Guarantees table points at tests that are there."""
+    text = README.read_text(encoding="utf-8")
+    section = text.split("## Guarantees", 1)[1].split("\n## ", 1)[0]
+    tests_dir = README.parent / "tests"
+    named = re.findall(r"`(?:tests/)?(test_\w+\.py)(?:::(test_\w+))?`", section)
+    assert len(named) >= 12
+    for module, test in named:
+        source = (tests_dir / module).read_text(encoding="utf-8")
+        if test:
+            assert f"def {test}(" in source, f"{module}::{test} is not there"
