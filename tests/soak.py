@@ -205,18 +205,28 @@ class Soak:
                 del maybe[content]
                 acked[content] = agent
 
-    def burst(self) -> None:
-        """Several clients at once, on several agents: one group commit after another."""
+    def _savers(
+        self, clients: int, count: int, until: Callable[[], None] | None = None
+    ) -> tuple[dict[str, str], dict[str, str]]:
+        """Clients saving at once over the agents, until each is done or `until` (run
+        meanwhile) stopped the daemon: (answered saves, saves left unanswered)."""
         acked: dict[str, str] = {}
         maybe: dict[str, str] = {}
         threads = [
-            threading.Thread(target=self._saver, args=(AGENTS[n % 3], 10, acked, maybe))
-            for n in range(6)
+            threading.Thread(target=self._saver, args=(AGENTS[n % 3], count, acked, maybe))
+            for n in range(clients)
         ]
         for thread in threads:
             thread.start()
+        if until is not None:
+            until()
         for thread in threads:
             thread.join(timeout=120)
+        return acked, maybe
+
+    def burst(self) -> None:
+        """Several clients at once, on several agents: one group commit after another."""
+        acked, maybe = self._savers(6, 10)
         if maybe:
             raise SoakFailure(f"saves of a running daemon failed: {list(maybe)}")
         self.model.must.update(acked)
@@ -356,20 +366,16 @@ class Soak:
 
     def kill_and_restart(self) -> None:
         """SIGKILL in the middle of a burst of saves, then start again."""
-        assert self.daemon is not None
-        acked: dict[str, str] = {}
-        maybe: dict[str, str] = {}
-        threads = [
-            threading.Thread(target=self._saver, args=(AGENTS[n % 3], 200, acked, maybe))
-            for n in range(3)
-        ]
-        for thread in threads:
-            thread.start()
-        time.sleep(self.rng.uniform(0.01, 0.3))
-        self.daemon.proc.send_signal(signal.SIGKILL)
-        self.daemon.proc.wait(timeout=30)
-        for thread in threads:
-            thread.join(timeout=120)
+        daemon = self.daemon
+        assert daemon is not None
+        pause = self.rng.uniform(0.01, 0.3)
+
+        def kill() -> None:
+            time.sleep(pause)
+            daemon.proc.send_signal(signal.SIGKILL)
+            daemon.proc.wait(timeout=30)
+
+        acked, maybe = self._savers(3, 200, until=kill)
         self.model.must.update(acked)
         self.model.may.update(maybe)
         for client in self.clients:
