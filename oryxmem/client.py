@@ -68,27 +68,37 @@ class Client:
         body: dict[str, Any] | None = None,
         headers: dict[str, str] | None = None,
     ) -> Any:
-        """Send one request; return the envelope's data or raise its error."""
+        """Send one request; return the envelope's data or raise its error.
+
+        A kept-alive connection the daemon has closed fails while sending (a Unix
+        socket refuses at once): then it reconnects and sends again. A request that
+        went out whole and got no answer is sent again only when it is a GET: a save
+        may have been carried out, and sending it twice could store it twice.
+        """
         payload = None if body is None else json.dumps(body, ensure_ascii=False).encode()
         all_headers = {"Content-Type": "application/json", **(headers or {})}
-        for attempt in (1, 2):  # a kept-alive connection the daemon closed: reconnect once
+        for attempt in (1, 2):
             if self._conn is None:
                 self._conn = _UnixHTTPConnection(self.socket_path, self.timeout)
             try:
                 self._conn.request(method, path, body=payload, headers=all_headers)
-                response = self._conn.getresponse()
-                raw = response.read()
-                break
-            except (
-                ConnectionError,
-                http.client.HTTPException,
-                FileNotFoundError,
-                OSError,
-            ) as error:
+            except (OSError, http.client.HTTPException) as error:
                 self.close()
                 if attempt == 2 or isinstance(error, FileNotFoundError | ConnectionRefusedError):
                     raise DaemonUnavailableError(
                         f"no daemon answers on {self.socket_path}: {error}"
+                    ) from None
+                continue  # not sent: a closed kept-alive connection
+            try:
+                response = self._conn.getresponse()
+                raw = response.read()
+                break
+            except (OSError, http.client.HTTPException) as error:
+                self.close()
+                if method != "GET" or attempt == 2:
+                    raise DaemonUnavailableError(
+                        f"the daemon on {self.socket_path} did not answer ({error});"
+                        f" the {method} {path} may or may not have been carried out"
                     ) from None
         try:
             envelope = json.loads(raw)

@@ -516,3 +516,60 @@ def test_an_inotify_queue_overflow_is_caught_by_a_rescan_at_once(
     with Client(running.socket) as client:
         assert client.health()["event_overflows"] >= 1
         assert client.recall("coder", "during the storm")["lines"][0].endswith("during the storm")
+
+
+def test_the_client_reconnects_when_the_daemon_closed_an_idle_connection(
+    workspace: Workspace, running: RunningDaemon
+) -> None:
+    with Client(running.socket) as client:
+        client.save("coder", "before the pause")
+        time.sleep(1.5)  # over daemon.client_timeout_seconds (1 here): the daemon hangs up
+        client.save("coder", "after the pause")
+    wait_until(lambda: disagreements(workspace) == [])
+    text = workspace.memory_path("coder").read_text()
+    assert text.count("before the pause") == 1 and text.count("after the pause") == 1
+
+
+def test_the_client_never_sends_a_save_twice(tmp_path: Path) -> None:
+    """A daemon that takes the whole request and dies before answering: the save may have
+    been stored, so the client says so instead of sending it again; a GET it asks again."""
+    path = str(tmp_path / "s.sock")
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    server.listen()
+    requests: list[bytes] = []
+
+    def take_and_hang_up() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            data = b""
+            while b"\r\n\r\n" not in data:
+                data += conn.recv(65536)
+            head, _, body = data.partition(b"\r\n\r\n")
+            length = int(
+                next(
+                    (
+                        line.split(b":")[1]
+                        for line in head.split(b"\r\n")
+                        if line.lower().startswith(b"content-length")
+                    ),
+                    b"0",
+                )
+            )
+            while len(body) < length:
+                body += conn.recv(65536)
+            requests.append(head.split(b"\r\n")[0])
+            conn.close()
+
+    threading.Thread(target=take_and_hang_up, daemon=True).start()
+    with Client(path, timeout=5) as client:
+        with pytest.raises(DaemonUnavailableError, match="may or may not"):
+            client.save("coder", "once")
+        assert requests == [b"POST /api/v1/agents/coder/memory HTTP/1.1"]
+        with pytest.raises(DaemonUnavailableError):
+            client.recall("coder", "once")
+        assert len(requests) == 3  # the GET went out twice
+    server.close()
