@@ -11,15 +11,19 @@ import os
 import random
 from pathlib import Path
 
+import pytest
 from soak import Soak
 
 from oryxmem.workspace import Workspace
 
 SHORT_STEPS = 120
+LONG_RUN = os.environ.get("ORYXMEM_SOAK") == "1"
+LONG_SECONDS = float(os.environ.get("ORYXMEM_SOAK_SECONDS", "1800"))
 
 
+@pytest.mark.timeout(LONG_SECONDS + 900 if LONG_RUN else 300)
 def test_soak(workspace: Workspace, tmp_path: Path) -> None:
-    long_run = os.environ.get("ORYXMEM_SOAK") == "1"
+    long_run = LONG_RUN
     seed_text = os.environ.get("ORYXMEM_SOAK_SEED")
     seed = int(seed_text) if seed_text else (random.randrange(2**31) if long_run else 20261130)
     print(f"soak seed {seed} (replay: ORYXMEM_SOAK_SEED={seed})")
@@ -29,7 +33,7 @@ def test_soak(workspace: Workspace, tmp_path: Path) -> None:
     soak.start()
     try:
         if long_run:
-            soak.run(seconds=float(os.environ.get("ORYXMEM_SOAK_SECONDS", "1800")))
+            soak.run(seconds=LONG_SECONDS)
         else:
             soak.run(steps=SHORT_STEPS)
     finally:
