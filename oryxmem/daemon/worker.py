@@ -3,8 +3,10 @@
 The HTTP handlers only parse and reply. Work goes to this one thread, which
 owns a MemoryService and its SQLite connection. When it wakes it takes every
 job queued so far; the saves among them are grouped per agent, and each group
-is one journaled append to MEMORY.md: group commit, so throughput grows with
-the number of clients.
+is one journaled append to MEMORY.md (one fsync): group commit, so throughput
+grows with the number of clients. The groups of different agents are written
+side by side on a few writer threads, so their fsyncs overlap; each group is
+answered as soon as its own append is durable.
 
 A save is acknowledged once it is durable in MEMORY.md. Mirroring it into the
 rows (one SQLite commit, itself an fsync) is derived work and is coalesced:
