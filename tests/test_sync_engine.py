@@ -361,3 +361,30 @@ def test_saves_after_a_foreign_write_are_left_to_the_reconcile(
     engine.reconcile_agent("coder")
     assert disagreements(workspace) == []
     assert sum(row_items(workspace, "coder").values()) == 3
+
+
+def test_saves_mirrored_out_of_sync_survive_a_stale_buffer_before_the_reconcile(
+    engine: SyncEngine, workspace: Workspace
+) -> None:
+    """Found by the soak: saves whose mirror found the rows changed by another program
+    (so it could not call both sides in sync), then a stale buffer written back before
+    the reconcile. The rows carry the saves, and the reconcile puts them back."""
+    write(workspace, "coder", f"## 归档记忆\n- [{TS}] old\n")
+    engine.reconcile_all()
+    sql(workspace, "INSERT INTO memory_entries(agent, content) VALUES ('coder', 'from sql')")
+    stale_buffer = workspace.memory_path("coder").read_text()
+    saved = append_saves(engine, "coder", "one", "two")
+    assert not engine.record_saves("coder", [saved], "socket")  # the rows changed meanwhile
+    tmp = workspace.memory_path("coder").with_name(".MEMORY.md.swp")
+    tmp.write_text(stale_buffer + f"- [{TS}] typed by the human\n")
+    os.replace(tmp, workspace.memory_path("coder"))
+    engine.reconcile_agent("coder")
+    assert sorted(lines(workspace, "coder")) == [
+        "from sql",
+        "old",
+        "one",
+        "two",
+        "typed by the human",
+    ]
+    assert disagreements(workspace) == []
+    assert engine.reconcile_agent("coder").status == "unchanged"

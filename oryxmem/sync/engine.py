@@ -291,30 +291,29 @@ class SyncEngine:
         """Mirror entries just appended to MEMORY.md into the rows, in one transaction.
 
         ``appends`` are consecutive appends of this process, each with the file's
-        stat before and after it. When the agreed state matches the file as it was
-        before one of them (and no row changed since), the entries from there on
-        are inserted and the state moves to the last stat: a reconcile that ran in
-        between has taken the earlier ones already. Otherwise (someone else wrote
-        too) the next reconcile takes them in; returns False. Either way the history
-        says where they came from, which is what protects them from a stale editor
-        buffer.
+        stat before and after it. The entries always become rows (those a reconcile
+        has not taken in already), with their history: so they are kept even if
+        the file loses them before the next reconcile (a stale editor buffer, a
+        branch switched), which then puts them back. When the agreed state matches
+        the file as it was before one of the appends (and no row changed since),
+        the state moves to the last stat and True says both sides agree; otherwise
+        (someone else wrote too) returns False: reconcile soon.
         """
+        entries = [entry for append in appends for entry in append.entries]
         with write_transaction(self.db):
             table.record_history_rows(
-                self.db,
-                [
-                    table.history_row(agent, "add", source, entry)
-                    for append in appends
-                    for entry in append.entries
-                ],
+                self.db, [table.history_row(agent, "add", source, entry) for entry in entries]
             )
+            # Whether both sides agreed just before these appends: asked before the
+            # rows go in (their insert is itself a change to the rows).
             state = table.read_state(self.db, agent, with_agreed=False)
-            if state is None:
-                # A new agent: in sync if neither side had anything yet.
+            start: int | None
+            if state is None:  # a new agent: in sync if neither side had anything yet
                 has_rows = self.db.execute(
                     "SELECT 1 FROM memory_entries WHERE agent = ? LIMIT 1", [agent]
                 ).fetchone()
                 start = 0 if appends[0].before is None and has_rows is None else None
+                all_taken = False
             else:
                 start = next(
                     (
@@ -324,16 +323,16 @@ class SyncEngine:
                     ),
                     None,
                 )
-                if start is None and table.is_current(
+                all_taken = start is None and table.is_current(
                     self.db, state, _file_stat(appends[-1].after)
-                ):
-                    return True  # a reconcile took them all in already
-            if start is None:
-                return False
-            new = [entry for append in appends[start:] for entry in append.entries]
-            table.insert_rows(self.db, agent, new, source)
-            self._save_state(agent, appends[-1].after, None, [e.entry_id for e in new], [])
-            return True
+                )
+            missing = table.entries_not_in_rows(self.db, agent, entries)
+            table.insert_rows(self.db, agent, missing, source)
+            if start is not None:
+                agreed = [e.entry_id for append in appends[start:] for e in append.entries]
+                self._save_state(agent, appends[-1].after, None, agreed, [])
+                return True
+            return all_taken and not missing
 
     def _save_state(
         self,

@@ -343,6 +343,23 @@ def apply_plan_to_rows(db: Database, agent: str, plan: Plan, file_entries: Seque
     record_history_rows(db, events)
 
 
+def entries_not_in_rows(db: Executes, agent: str, entries: Sequence[Entry]) -> list[Entry]:
+    """The entries whose ids no row of the agent has yet."""
+    present: set[str] = set()
+    ids = [entry.entry_id for entry in entries]
+    for at in range(0, len(ids), 500):  # under SQLite's limit on parameters
+        chunk = ids[at : at + 500]
+        marks = ", ".join("?" * len(chunk))
+        present.update(
+            row[0]
+            for row in db.execute(
+                f"SELECT entry_id FROM memory_entries WHERE agent = ? AND entry_id IN ({marks})",
+                [agent, *chunk],
+            )
+        )
+    return [entry for entry in entries if entry.entry_id not in present]
+
+
 def insert_rows(db: Database, agent: str, entries: Sequence[Entry], source: str) -> None:
     """Insert rows that mirror entries of the file (their ids as agreed), already indexed."""
     if not entries:
