@@ -145,8 +145,8 @@ class Soak:
     def explain(self, error: BaseException) -> str:
         recent = ", ".join(self.steps[-25:])
         return (
-            f"soak failed with seed {self.seed} after {len(self.steps)} steps "
-            f"(replay: ORYXMEM_SOAK_SEED={self.seed}): {error}\n"
+            f"soak failed with seed {self.seed} after {len(self.steps)} steps (replay:"
+            f" ORYXMEM_SOAK_SEED={self.seed} ORYXMEM_SOAK_STEPS={len(self.steps)}): {error}\n"
             f"last steps: {recent}\n"
             f"daemon log tail:\n{self.log.read_text(errors='replace')[-3000:]}"
         )

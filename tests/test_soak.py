@@ -2,13 +2,13 @@
 
 The default suite runs a short, fixed sequence. ``ORYXMEM_SOAK=1`` runs for
 ``ORYXMEM_SOAK_SECONDS`` (default 1800) with a random seed, printed first and in
-any failure; ``ORYXMEM_SOAK_SEED=<seed>`` replays one.
+any failure; ``ORYXMEM_SOAK_SEED=<seed> ORYXMEM_SOAK_STEPS=<steps>`` replays one.
 """
 
 from __future__ import annotations
 
 import os
-import random
+import secrets
 from pathlib import Path
 
 import pytest
@@ -25,14 +25,18 @@ LONG_SECONDS = float(os.environ.get("ORYXMEM_SOAK_SECONDS", "1800"))
 def test_soak(workspace: Workspace, tmp_path: Path) -> None:
     long_run = LONG_RUN
     seed_text = os.environ.get("ORYXMEM_SOAK_SEED")
-    seed = int(seed_text) if seed_text else (random.randrange(2**31) if long_run else 20261130)
+    # Not the random module: test plugins seed it, and every long run would be the same.
+    seed = int(seed_text) if seed_text else (secrets.randbelow(2**31) if long_run else 20261130)
     print(f"soak seed {seed} (replay: ORYXMEM_SOAK_SEED={seed})")
     logs = tmp_path / "logs"
     logs.mkdir()
     soak = Soak(workspace, logs, seed)
     soak.start()
     try:
-        if long_run:
+        steps = os.environ.get("ORYXMEM_SOAK_STEPS")  # replay a failure up to its step
+        if steps:
+            soak.run(steps=int(steps))
+        elif long_run:
             soak.run(seconds=LONG_SECONDS)
         else:
             soak.run(steps=SHORT_STEPS)
