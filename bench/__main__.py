@@ -5,7 +5,7 @@ an issue set for it and whether the median holds. Timings that depend on the
 machine's disk come with their ratio to a floor measured in the same run: one
 fsync'd atomic replace of a small file, and one SQLite commit (WAL, FULL).
 
-Run: python -m bench [--runs 3] [--quick] [--only store,sync,socket] [--json]
+Run: python -m bench [--runs 3] [--quick] [--only store,sync,socket] [--json | --markdown]
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import sys
 import time
 
 from bench import socket_bench, store_bench, sync_bench
-from bench.common import Figure, merge_runs, print_table
+from bench.common import Figure, merge_runs, print_markdown, print_table
 
 BENCHMARKS = {"store": store_bench, "sync": sync_bench, "socket": socket_bench}
 # Smaller sizes for a check that the benchmarks run (minutes, not tens of minutes);
@@ -31,6 +31,7 @@ def main(argv: list[str] | None = None) -> list[Figure]:
     parser.add_argument("--quick", action="store_true", help="smaller sizes, shorter idle")
     parser.add_argument("--only", default=",".join(BENCHMARKS), help="store,sync,socket")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--markdown", action="store_true", help="the table as Markdown")
     for module in BENCHMARKS.values():
         module.options(parser)
     args = parser.parse_args(argv)
@@ -49,6 +50,9 @@ def main(argv: list[str] | None = None) -> list[Figure]:
     )
     if args.json:
         print(json.dumps({"title": title, "figures": [f.as_dict() for f in figures]}, indent=2))
+    elif args.markdown:
+        print(f"{title}\n")
+        print_markdown(figures)
     else:
         print_table(title, figures)
         missed = [f.name for f in figures if f.holds is False]

@@ -113,6 +113,18 @@ def print_table(title: str, figures: list[Figure]) -> None:
         print(figure.row())
 
 
+def print_markdown(figures: list[Figure]) -> None:
+    """The table as Markdown, for the README."""
+    print("| figure | median | runs | goal | holds |")
+    print("|---|---|---|---|---|")
+    for figure in figures:
+        verdict = {None: "", True: "yes", False: "**no**"}[figure.holds]
+        spread = f"{min(figure.runs):.3g}–{max(figure.runs):.3g}" if len(figure.runs) > 1 else ""
+        goal = f"{figure.goal} (#{figure.goal.issue})" if figure.goal else ""
+        name = figure.name.strip()
+        print(f"| {name} | {figure.value:.3g} {figure.unit} | {spread} | {goal} | {verdict} |")
+
+
 def merge_runs(runs: list[list[Figure]]) -> list[Figure]:
     """The median of each figure over several runs, in the order of the first run."""
     merged: dict[str, Figure] = {}
