@@ -227,7 +227,16 @@ class AppendHandle:
         self._fd: int | None = None
 
     def fd_for(self, inode: int) -> int:
-        """An fd on the file at path, which the caller just saw as ``inode``."""
+        """An fd on the file at path, which the caller read as ``inode``.
+
+        The path must still name that inode: an fd kept open on a file that git or
+        an editor has since renamed another over would write into an orphan.
+        """
+        try:
+            if os.stat(self.path).st_ino != inode:
+                raise ConcurrentChange(self.path)  # replaced since the caller read it
+        except FileNotFoundError:
+            raise ConcurrentChange(self.path) from None
         if self._fd is not None and os.fstat(self._fd).st_ino == inode:
             return self._fd
         self.close()
@@ -239,7 +248,7 @@ class AppendHandle:
             raise _storage_error("open", self.path, error) from error
         if os.fstat(fd).st_ino != inode:
             os.close(fd)
-            raise ConcurrentChange(self.path)  # replaced since the caller looked
+            raise ConcurrentChange(self.path)  # replaced this very moment
         self._fd = fd
         return fd
 

@@ -14,9 +14,9 @@ import pytest
 from conftest import SAMPLES
 
 from oryxmem.errors import MemoryFileConflictedError, MemoryFileUnreadableError
-from oryxmem.fileio import AppendIntent, FileLock
+from oryxmem.fileio import AppendIntent, ConcurrentChange, FileLock
 from oryxmem.store.base import StoreLimits
-from oryxmem.store.format import ARCHIVAL, CORE, parse
+from oryxmem.store.format import ARCHIVAL, CORE, NewEntry, parse
 from oryxmem.store.markdown import MarkdownMemoryStore
 
 TS = "2026-11-30 10:00:00"
@@ -225,3 +225,21 @@ def test_eight_processes_appending_lose_nothing_and_duplicate_nothing(tmp_path: 
         archival = [i for i in mine if i % 10 != 0]
         assert sorted(core) == core and sorted(archival) == archival, "order per writer kept"
     assert ARCHIVAL in doc.sections and list((tmp_path / "agent").glob("*.tmp")) == []
+
+
+def test_an_append_never_goes_to_a_file_replaced_since_it_was_read(tmp_path: Path) -> None:
+    """Found by the soak: edits planned against the file as read must not be applied to
+    a file git or an editor has renamed over it since (nor, through the append handle
+    still open on the old one, to its orphaned inode): refused, read again."""
+    store = open_store(tmp_path)
+    store.append("first")  # the handle is now open on this inode
+    with store.lock.hold():
+        _, read = store.current_locked()  # the plan is made against this file
+        replacement = store.path.with_name(".MEMORY.md.swp")
+        replacement.write_text(f"## 归档记忆\n- [{TS}] from the other branch\n")
+        os.replace(replacement, store.path)
+        before = store.path.read_bytes()
+        with pytest.raises(ConcurrentChange):
+            store.edit_locked([NewEntry("archival", TS, "second")], (), based_on=read)
+        assert store.path.read_bytes() == before
+    assert [e.content for e in store.entries()[1]] == ["from the other branch"]

@@ -312,7 +312,8 @@ def append_saves(engine: SyncEngine, agent: str, *contents: str) -> Append:
     store = engine.service.markdown_store(agent)
     with store.lock.hold():
         _, before = store.current_locked()
-        entries = store.edit_locked([store.prepare(c, "archival") for c in contents], ())
+        additions = [store.prepare(c, "archival") for c in contents]
+        entries = store.edit_locked(additions, (), based_on=before)
         _, after = store.current_locked()
     assert after is not None
     return Append(before, entries, after)
@@ -388,3 +389,32 @@ def test_saves_mirrored_out_of_sync_survive_a_stale_buffer_before_the_reconcile(
     ]
     assert disagreements(workspace) == []
     assert engine.reconcile_agent("coder").status == "unchanged"
+
+
+def test_a_file_switched_between_reading_and_writing_is_read_again(
+    engine: SyncEngine, workspace: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by the soak: git switched the file back while a reconcile was between
+    reading it and writing it. The plan, made from the old file, must not be applied
+    to the new one (nor its rows called equal to it): the reconcile reads again."""
+    write(workspace, "coder", f"## 归档记忆\n- [{TS}] old\n")
+    engine.reconcile_all()
+    main_branch = workspace.memory_path("coder").read_text()
+    sql(workspace, "INSERT INTO memory_entries(agent, content) VALUES ('coder', 'from sql')")
+    with open(workspace.memory_path("coder"), "a", encoding="utf-8") as handle:
+        handle.write(f"- [{TS}] only on the other branch\n")
+    original = table.read_rows
+    switched = []
+
+    def read_rows_while_git_switches_back(*args: object, **kwargs: object) -> object:
+        if not switched:  # the file was read; now git checks out the other branch
+            tmp = workspace.memory_path("coder").with_name(".git-checkout.tmp")
+            tmp.write_text(main_branch)
+            os.replace(tmp, workspace.memory_path("coder"))
+            switched.append(True)
+        return original(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(table, "read_rows", read_rows_while_git_switches_back)
+    engine.reconcile_agent("coder")
+    assert sorted(lines(workspace, "coder")) == ["from sql", "old"]
+    assert disagreements(workspace) == []

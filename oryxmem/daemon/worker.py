@@ -155,7 +155,7 @@ def _append_group(
         for _ in range(5):
             _, before = store.current_locked()
             try:
-                entries = store.edit_locked(additions, ())
+                entries = store.edit_locked(additions, (), based_on=before)
                 break
             except ConcurrentChange:
                 store.forget()  # an editor wrote meanwhile: read it again

@@ -142,7 +142,8 @@ class MarkdownMemoryStore(LongTermMemoryStore):
         with self.lock.hold():
             for _ in range(_MAX_RETRIES):
                 try:
-                    return self.edit_locked([addition], ())[0]
+                    _, key = self.current_locked()
+                    return self.edit_locked([addition], (), based_on=key)[0]
                 except ConcurrentChange:
                     self.forget()
         raise ConcurrentChange(self.path)
@@ -162,14 +163,24 @@ class MarkdownMemoryStore(LongTermMemoryStore):
         cached = self._read_locked()
         return cached.doc, cached.key
 
-    def edit_locked(self, additions: Sequence[NewEntry], removals: Collection[str]) -> list[Entry]:
-        """Write additions and removals; the caller holds the lock.
+    def edit_locked(
+        self,
+        additions: Sequence[NewEntry],
+        removals: Collection[str],
+        *,
+        based_on: StatKey | None,
+    ) -> list[Entry]:
+        """Write additions and removals to the file the caller read; it holds the lock.
 
-        Entries that all land at the very end of the file are appended in place
-        (journaled, fsynced); anything else is one atomic rewrite. Raises
-        ConcurrentChange when the file changed under us: read again and redo.
+        ``based_on`` is the stat of the file the edits were planned against (None: no
+        file); if the file is not that one any more (git, an editor wrote meanwhile),
+        raises ConcurrentChange: read again and plan again. Entries that all land at
+        the very end of the file are appended in place (journaled, fsynced); anything
+        else is one atomic rewrite.
         """
         cached = self._parseable_locked()
+        if cached.key != based_on:
+            raise ConcurrentChange(self.path)
         added = plan_entries(cached.doc, additions)
         if not (additions or removals):
             return added

@@ -270,10 +270,16 @@ class SyncEngine:
                     if dry_run:
                         raise _DryRun
                     if plan.changes_file:
+                        # Applied to the file this plan was made from, or refused (git or an
+                        # editor wrote since it was read): then read both sides again.
                         store.edit_locked(
-                            additions_as_new_entries(plan.file_additions), plan.file_removals
+                            additions_as_new_entries(plan.file_additions),
+                            plan.file_removals,
+                            based_on=key,
                         )
                         doc, key = store.current_locked()
+                        if key != store.written_key:
+                            raise ConcurrentChange(store.path)  # another writer right after
                         sha = file_sha256(doc.text)
                     table.apply_plan_to_rows(self.db, agent, plan, file_entries)
                     table.index_rows(self.db, agent)
