@@ -12,13 +12,12 @@ import sys
 import unicodedata
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from oryxmem import __version__
 from oryxmem import config as config_module
-from oryxmem.client import Client
 from oryxmem.config import Config
 from oryxmem.daemon.sockets import socket_path
 from oryxmem.errors import DaemonUnavailableError, OryxError
@@ -26,6 +25,9 @@ from oryxmem.payloads import agents_data, context_data, memory_data, recall_data
 from oryxmem.service import MemoryService
 from oryxmem.store.format import ARCHIVAL, SCOPES, escape_content
 from oryxmem.workspace import init_workspace, open_workspace, resolve_agent
+
+if TYPE_CHECKING:
+    from oryxmem.client import Client
 
 F = TypeVar("F", bound=Callable[..., Any])
 EXIT_ERROR = 1
@@ -54,6 +56,8 @@ class Context:
             workspace = open_workspace(self.root)
             path = socket_path(workspace, Config.load(workspace.config_path))
             if path.exists():
+                from oryxmem.client import Client  # http.client only when a daemon may run
+
                 self._client = Client(path)
         return self._client
 

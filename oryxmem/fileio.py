@@ -16,7 +16,6 @@ import fcntl
 import json
 import logging
 import os
-import secrets
 import stat
 import threading
 import zlib
@@ -58,7 +57,7 @@ def atomic_write(
         mode = stat.S_IMODE(path.stat().st_mode)
     except FileNotFoundError:
         mode = default_mode
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.urandom(4).hex()}.tmp")
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
         try:
