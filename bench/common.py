@@ -88,7 +88,8 @@ class Figure:
 
     def row(self) -> str:
         verdict = {None: "", True: "yes", False: "NO"}[self.holds]
-        spread = f"{min(self.runs):.3g}..{max(self.runs):.3g}" if len(self.runs) > 1 else ""
+        runs = self.runs
+        spread = f"{number(min(runs))}..{number(max(runs))}" if len(runs) > 1 else ""
         goal = f"{self.goal} (#{self.goal.issue})" if self.goal else ""
         return (
             f"{self.name:<50} {self.value:>10.3f} {self.unit:<4} {spread:<17} {goal:<22} {verdict}"
@@ -113,16 +114,24 @@ def print_table(title: str, figures: list[Figure]) -> None:
         print(figure.row())
 
 
+def number(value: float) -> str:
+    """A figure as a person reads it: 1,750 not 1.75e+03; 0.0938 not 0.094."""
+    if abs(value) >= 100:
+        return f"{value:,.0f}"
+    return f"{value:.3g}"
+
+
 def print_markdown(figures: list[Figure]) -> None:
     """The table as Markdown, for the README."""
     print("| figure | median | runs | goal | holds |")
     print("|---|---|---|---|---|")
     for figure in figures:
         verdict = {None: "", True: "yes", False: "**no**"}[figure.holds]
-        spread = f"{min(figure.runs):.3g}–{max(figure.runs):.3g}" if len(figure.runs) > 1 else ""
+        runs = figure.runs
+        spread = f"{number(min(runs))}–{number(max(runs))}" if len(runs) > 1 else ""
         goal = f"{figure.goal} (#{figure.goal.issue})" if figure.goal else ""
         name = figure.name.strip()
-        print(f"| {name} | {figure.value:.3g} {figure.unit} | {spread} | {goal} | {verdict} |")
+        print(f"| {name} | {number(figure.value)} {figure.unit} | {spread} | {goal} | {verdict} |")
 
 
 def merge_runs(runs: list[list[Figure]]) -> list[Figure]:
