@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import signal
 import statistics
@@ -170,6 +171,29 @@ def sqlite_commit_floor_ms(folder: Path, repeat: int = 200) -> float:
 def scratch_dir(prefix: str) -> tempfile.TemporaryDirectory[str]:
     base = os.environ.get("ORYXMEM_BENCH_DIR")  # a real disk, not tmpfs, for honest fsyncs
     return tempfile.TemporaryDirectory(prefix=prefix, dir=base)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU a process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run_alone(
+    title: str,
+    description: str | None,
+    options: Callable[[argparse.ArgumentParser], None],
+    run: Callable[[argparse.Namespace], list[Figure]],
+    argv: list[str] | None,
+) -> list[Figure]:
+    """One benchmark module run by itself (python -m bench.<name>): its own table."""
+    parser = argparse.ArgumentParser(description=description)
+    options(parser)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    figures = run(args)
+    report(title, figures, args.json)
+    return figures
 
 
 def report(title: str, figures: list[Figure], as_json: bool) -> None:

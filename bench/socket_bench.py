@@ -20,9 +20,10 @@ from bench.common import (
     Figure,
     at_least,
     at_most,
+    cpu_seconds,
     fsync_replace_floor_ms,
     percentile,
-    report,
+    run_alone,
     scratch_workspace,
     sqlite_commit_floor_ms,
     start_oryxmem,
@@ -118,18 +119,7 @@ def options(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> list[Figure]:
-    parser = argparse.ArgumentParser(description=__doc__)
-    options(parser)
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args(argv)
-    figures = run(args)
-    report("socket benchmark", figures, args.json)
-    return figures
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return run_alone("socket benchmark", __doc__, options, run, argv)
 
 
 def children_cpu_seconds() -> float:

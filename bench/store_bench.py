@@ -17,7 +17,7 @@ from bench.common import (
     at_most,
     fsync_replace_floor_ms,
     percentile,
-    report,
+    run_alone,
     scratch_workspace,
     sqlite_commit_floor_ms,
     time_calls,
@@ -183,13 +183,7 @@ def run(args: argparse.Namespace) -> list[Figure]:
 
 
 def main(argv: list[str] | None = None) -> list[Figure]:
-    parser = argparse.ArgumentParser(description=__doc__)
-    options(parser)
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args(argv)
-    figures = run(args)
-    report("store benchmark", figures, args.json)
-    return figures
+    return run_alone("store benchmark", __doc__, options, run, argv)
 
 
 if __name__ == "__main__":

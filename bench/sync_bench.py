@@ -9,7 +9,6 @@ come from this process, as an editor and another program would make them.
 from __future__ import annotations
 
 import argparse
-import os
 import sqlite3
 import statistics
 import subprocess
@@ -20,8 +19,9 @@ from bench.common import (
     Figure,
     at_most,
     below,
+    cpu_seconds,
     percentile,
-    report,
+    run_alone,
     scratch_workspace,
     start_oryxmem,
     stop,
@@ -106,15 +106,9 @@ def timed_start(root: Path, log: Path) -> tuple[float, subprocess.Popen[bytes]]:
 def idle_cost(proc: subprocess.Popen[bytes], seconds: float) -> tuple[float, float]:
     """CPU percent and RSS (MB) of a watcher left alone for `seconds`."""
     time.sleep(2)  # let start-up settle
-    ticks = os.sysconf("SC_CLK_TCK")
-
-    def cpu() -> float:
-        fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / ticks
-
-    before, started = cpu(), time.monotonic()
+    before, started = cpu_seconds(proc.pid), time.monotonic()
     time.sleep(seconds)
-    used = cpu() - before
+    used = cpu_seconds(proc.pid) - before
     elapsed = time.monotonic() - started
     status = Path(f"/proc/{proc.pid}/status").read_text()
     rss_kb = next(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS"))
@@ -129,13 +123,7 @@ def options(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> list[Figure]:
-    parser = argparse.ArgumentParser(description=__doc__)
-    options(parser)
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args(argv)
-    figures = run(args)
-    report("sync benchmark", figures, args.json)
-    return figures
+    return run_alone("sync benchmark", __doc__, options, run, argv)
 
 
 def run(args: argparse.Namespace) -> list[Figure]:

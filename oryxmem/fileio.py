@@ -225,19 +225,13 @@ class AppendHandle:
         self.path = path
         self._fd: int | None = None
 
-    def fd_for(self, inode: int) -> int:
-        """An fd on the file at path, which the caller read as ``inode``.
-
-        The path must still name that inode: an fd kept open on a file that git or
-        an editor has since renamed another over would write into an orphan.
-        """
-        try:
-            if os.stat(self.path).st_ino != inode:
-                raise ConcurrentChange(self.path)  # replaced since the caller read it
-        except FileNotFoundError:
-            raise ConcurrentChange(self.path) from None
-        if self._fd is not None and os.fstat(self._fd).st_ino == inode:
-            return self._fd
+    def open_for(self, inode: int) -> tuple[int, os.stat_result]:
+        """An fd on the file at path, and its stat; the caller has just seen the path name
+        ``inode`` (under the lock). The kept fd serves only while it is that same file."""
+        if self._fd is not None:
+            info = os.fstat(self._fd)
+            if info.st_ino == inode:
+                return self._fd, info
         self.close()
         try:
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
@@ -245,11 +239,12 @@ class AppendHandle:
             raise ConcurrentChange(self.path) from None
         except OSError as error:
             raise _storage_error("open", self.path, error) from error
-        if os.fstat(fd).st_ino != inode:
+        info = os.fstat(fd)
+        if info.st_ino != inode:
             os.close(fd)
-            raise ConcurrentChange(self.path)  # replaced this very moment
+            raise ConcurrentChange(self.path)  # replaced since the caller looked
         self._fd = fd
-        return fd
+        return fd, info
 
     def close(self) -> None:
         if self._fd is not None:
@@ -268,8 +263,7 @@ def append_durably(
     """
     path = handle.path
     try:
-        fd = handle.fd_for(inode)
-        info = os.fstat(fd)
+        fd, info = handle.open_for(inode)
         if info.st_size != expected_size:
             raise ConcurrentChange(path)
         lock.write_intent(AppendIntent(info.st_ino, info.st_size, data))

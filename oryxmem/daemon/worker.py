@@ -131,7 +131,7 @@ class _GroupWrite:
     replies: _Replies
     entries: list[Entry] = field(default_factory=list)
     before: StatKey | None = None
-    after: StatKey | None = None
+    after: StatKey = (0, 0, 0, 0)
     error: Exception | None = None
 
     def run(self) -> None:
@@ -148,8 +148,8 @@ class _GroupWrite:
 
 def _append_group(
     store: MarkdownMemoryStore, ready: list[tuple[_Save, Entry]]
-) -> tuple[list[Entry], StatKey | None, StatKey | None]:
-    """One durable write of the whole group: (entries, stat before, stat after)."""
+) -> tuple[list[Entry], StatKey | None, StatKey]:
+    """One durable write of the whole group: (entries, stat before, stat our write left)."""
     additions = [NewEntry(e.scope, e.ts, e.content) for _, e in ready]
     with store.lock.hold():
         for _ in range(5):
@@ -161,8 +161,8 @@ def _append_group(
                 store.forget()  # an editor wrote meanwhile: read it again
         else:
             raise ConcurrentChange(store.path)
-        _, after = store.current_locked()
-    return entries, before, after
+    assert store.written_key is not None  # set by the write just made
+    return entries, before, store.written_key
 
 
 class MemoryWorker:
@@ -352,7 +352,7 @@ class MemoryWorker:
         agent: str,
         entries: list[Entry],
         before: StatKey | None,
-        after: StatKey | None,
+        after: StatKey,
         source: str,
     ) -> None:
         pending = self._unmirrored.get(agent)
@@ -361,9 +361,7 @@ class MemoryWorker:
         ):
             self._mirror_pending()  # not a continuation of what is pending: mirror that first
             pending = None
-        if after is None:
-            self.on_saved(agent)  # the file is gone already: reconcile soon
-        elif pending is None:
+        if pending is None:
             self._unmirrored[agent] = _Unmirrored(
                 [Append(before, entries, after)], source, time.monotonic()
             )

@@ -236,13 +236,13 @@ class SyncEngine:
                     limit = self.service.config.max_content_chars
                     report.quarantined = table.quarantine_invalid_rows(self.db, agent, limit)
                     state = table.read_state(self.db, agent, with_agreed=False)
-                    stat_now = (key[0], key[1], key[2]) if key else (None, None, None)
                     settled = (
                         state is not None
                         and not report.quarantined
                         and table.is_current(self.db, state)
                     )
-                    if settled and state and stat_now == (state.inode, state.size, state.mtime_ns):
+                    agreed_stat = (state.inode, state.size, state.mtime_ns) if state else None
+                    if settled and _file_stat(key) == agreed_stat:
                         report.status = "unchanged"  # the echo of our own write, or a rescan
                         table.index_rows(self.db, agent)
                         return report
@@ -313,25 +313,18 @@ class SyncEngine:
             # Whether both sides agreed just before these appends: asked before the
             # rows go in (their insert is itself a change to the rows).
             state = table.read_state(self.db, agent, with_agreed=False)
-            start: int | None
+            start: int | None = None
+            all_taken = False
             if state is None:  # a new agent: in sync if neither side had anything yet
                 has_rows = self.db.execute(
                     "SELECT 1 FROM memory_entries WHERE agent = ? LIMIT 1", [agent]
                 ).fetchone()
                 start = 0 if appends[0].before is None and has_rows is None else None
-                all_taken = False
-            else:
-                start = next(
-                    (
-                        i
-                        for i, append in enumerate(appends)
-                        if table.is_current(self.db, state, _file_stat(append.before))
-                    ),
-                    None,
-                )
-                all_taken = start is None and table.is_current(
-                    self.db, state, _file_stat(appends[-1].after)
-                )
+            elif table.is_current(self.db, state):  # status ok, no row changed since
+                agreed_stat = (state.inode, state.size, state.mtime_ns)
+                stats = [_file_stat(append.before) for append in appends]
+                start = stats.index(agreed_stat) if agreed_stat in stats else None
+                all_taken = start is None and _file_stat(appends[-1].after) == agreed_stat
             missing = table.entries_not_in_rows(self.db, agent, entries)
             table.insert_rows(self.db, agent, missing, source)
             if start is not None:

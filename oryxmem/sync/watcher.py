@@ -107,12 +107,13 @@ class _Events(FileSystemEventHandler):
         self.watcher = watcher
 
     def on_any_event(self, event: FileSystemEvent) -> None:
+        agents = set()
         for raw in (event.src_path, getattr(event, "dest_path", "")):
-            if not raw:
-                continue
-            path = raw.decode() if isinstance(raw, bytes) else raw
-            agent = agent_for_path(self.watcher.workspace, path)
-            if agent is not None and not self.watcher.is_own_write(agent, event):
+            if raw:
+                path = raw.decode() if isinstance(raw, bytes) else raw
+                agents.add(agent_for_path(self.watcher.workspace, path))
+        for agent in agents:  # a rename within an agent's folder names it twice
+            if agent is not None and not self.watcher.is_own_write(agent):
                 self.watcher.schedule(agent)
 
 
@@ -154,7 +155,7 @@ class SyncWatcher:
 
     # --- hints ------------------------------------------------------------------
 
-    def is_own_write(self, agent: str, event: FileSystemEvent) -> bool:
+    def is_own_write(self, agent: str) -> bool:
         """Is this the file event of a write this process just made (a rewrite, a new
         file, its directory)? Only when the file still has exactly the stat that write
         left: any other writer changes it. Skipping these keeps a save from waking the
