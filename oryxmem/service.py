@@ -20,6 +20,7 @@ from oryxmem.errors import (
     EmptyContentError,
     MemoryFileConflictedError,
     OryxError,
+    UnsafeAgentNameError,
 )
 from oryxmem.fileio import FileLock
 from oryxmem.store.base import LongTermMemoryStore, StoreLimits, fold_keyword
@@ -35,7 +36,14 @@ from oryxmem.store.format import (
     parse,
 )
 from oryxmem.store.markdown import MarkdownMemoryStore
-from oryxmem.workspace import AgentRef, Workspace, open_workspace, resolve_agent
+from oryxmem.workspace import (
+    GLOBAL_AGENT,
+    AgentRef,
+    Workspace,
+    agent_folder_problem,
+    open_workspace,
+    resolve_agent,
+)
 
 if TYPE_CHECKING:
     # SQLite is imported on first use: a save to MEMORY.md from the CLI need not pay for it.
@@ -156,6 +164,17 @@ class MemoryService:
         if ref.fell_back:  # the caller is told in its reply; this is the log line
             log.info("%s; using the global memory file", ref.fallback_reason)
         return ref
+
+    def check_folder(self, ref: AgentRef) -> None:
+        """Refuse an agent whose folder or MEMORY.md is a symbolic link (or not a folder).
+
+        Its name was checked already where the request arrived; this is the half that
+        asks the filesystem, run here so the event loop makes no system call for it."""
+        if ref.agent == GLOBAL_AGENT:
+            return
+        problem = agent_folder_problem(self.workspace, ref.agent)
+        if problem:
+            raise UnsafeAgentNameError(f"unsafe agent name {ref.agent!r}: {problem}")
 
     def store(self, ref: AgentRef) -> LongTermMemoryStore:
         store = self._stores.get(ref.agent)

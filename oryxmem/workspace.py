@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import stat
 import unicodedata
 from dataclasses import dataclass
@@ -120,6 +121,9 @@ def open_workspace(explicit: str | os.PathLike[str] | None = None) -> Workspace:
 # --- agent names ------------------------------------------------------------
 
 
+_ASCII_NAME = re.compile(r"[A-Za-z0-9_.-]+")  # the usual names, without a lookup per character
+
+
 def _is_name_char(ch: str) -> bool:
     if ch in "-_.":
         return True
@@ -135,6 +139,8 @@ def agent_name_problem(name: str) -> str | None:
         return f"the name is longer than {MAX_AGENT_NAME_CHARS} characters"
     if name.startswith("."):
         return "the name starts with '.'"
+    if _ASCII_NAME.fullmatch(name):
+        return None
     bad = next((ch for ch in name if not _is_name_char(ch)), None)
     if bad is not None:
         allowed = "letters, digits, '-', '_', '.'"
@@ -149,9 +155,11 @@ def check_agent_name(workspace: Workspace, name: str) -> str | None:
     out of .oryxos/agents/ is a symbolic link: one lstat of the directory and one
     of its MEMORY.md tell, no path resolution needed (a rescan checks every agent).
     """
-    problem = agent_name_problem(name)
-    if problem:
-        return problem
+    return agent_name_problem(name) or agent_folder_problem(workspace, name)
+
+
+def agent_folder_problem(workspace: Workspace, name: str) -> str | None:
+    """The filesystem half of check_agent_name, for a name already known to be valid."""
     agent_dir = os.path.join(workspace.agents_dir_str, name)  # plain strings: on every call
     try:
         info = os.lstat(agent_dir)

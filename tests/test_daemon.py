@@ -158,6 +158,38 @@ def test_body_over_one_mebibyte_is_refused(
     assert not workspace.memory_path("coder").exists()
 
 
+@pytest.mark.parametrize("link", ["folder", "memory-file"])
+def test_an_agent_whose_folder_or_file_is_a_symbolic_link_is_refused_on_every_route(
+    workspace: Workspace, running: RunningDaemon, tmp_path: Path, link: str
+) -> None:
+    """The name is fine; the filesystem check runs on the memory thread, for each route."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "MEMORY.md").write_text("## 核心记忆\n\n## 归档记忆\n- [2026-07-22 09:30:00] x\n")
+    before = (outside / "MEMORY.md").read_bytes()
+    if link == "folder":
+        (workspace.agents_dir / "sneaky").symlink_to(outside, target_is_directory=True)
+    else:
+        (workspace.agents_dir / "sneaky").mkdir()
+        (workspace.agents_dir / "sneaky" / "MEMORY.md").symlink_to(outside / "MEMORY.md")
+    base = "http://x/api/v1/agents/sneaky"
+    for args in (
+        ["-d", '{"content": "through the link"}', f"{base}/memory"],
+        ["-d", '{"user_message": "a", "reply": "b"}', f"{base}/triggers"],
+        [f"{base}/memory"],
+        [f"{base}/memory/recall?keyword=x"],
+        [f"{base}/context"],
+    ):
+        status, reply = running.curl(*args)
+        assert (status, reply["code"]) == (400, 1008), (args, reply)
+        assert "symbolic link" in reply["message"]
+    with Client(running.socket) as client:
+        with pytest.raises(UnsafeAgentNameError, match="symbolic link"):
+            client.save("sneaky", "through the client")
+        client.save("coder", "still serving")
+    assert (outside / "MEMORY.md").read_bytes() == before
+
+
 def test_client_raises_the_library_errors(running: RunningDaemon) -> None:
     with Client(running.socket) as client:
         with pytest.raises(EmptyContentError):

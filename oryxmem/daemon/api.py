@@ -37,7 +37,7 @@ from oryxmem.errors import (
 from oryxmem.payloads import agents_data, context_data, memory_data, recall_data, save_data
 from oryxmem.service import MemoryService, footprint_line
 from oryxmem.store.format import ARCHIVAL
-from oryxmem.workspace import GLOBAL_AGENT, AgentRef, check_agent_name
+from oryxmem.workspace import GLOBAL_AGENT, AgentRef, agent_name_problem
 
 log = logging.getLogger("oryxmem.daemon")
 
@@ -146,12 +146,15 @@ def text_field(body: dict[str, Any], name: str, default: str | None = None) -> s
 
 
 def path_agent(request: web.Request) -> AgentRef:
-    """The agent named in the URL; an unsafe name there is an error, not a fallback."""
+    """The agent named in the URL; an unsafe name there is an error, not a fallback.
+
+    Only the name is checked here; whether its folder is a symbolic link is asked on
+    the memory thread (MemoryService.check_folder), by run_for or by the save's group.
+    """
     name = request.match_info.get("name")
     if name is None:
         return AgentRef(None, GLOBAL_AGENT)
-    service: MemoryService = request.app[WORKER].service
-    problem = check_agent_name(service.workspace, name)
+    problem = agent_name_problem(name)
     if problem:
         raise UnsafeAgentNameError(f"unsafe agent name {name!r}: {problem}")
     return AgentRef(name, name)
@@ -169,6 +172,16 @@ async def run(request: web.Request, work: Callable[[MemoryService], Any]) -> Any
     return await asyncio.wrap_future(request.app[WORKER].call(work))
 
 
+async def run_for(request: web.Request, ref: AgentRef, work: Callable[[MemoryService], Any]) -> Any:
+    """run() for the agent named in the URL, once its folder is found safe."""
+
+    def checked(service: MemoryService) -> Any:
+        service.check_folder(ref)
+        return work(service)
+
+    return await run(request, checked)
+
+
 # --- handlers -------------------------------------------------------------------
 
 
@@ -184,7 +197,7 @@ async def list_agents(request: web.Request) -> Any:
 
 async def get_memory(request: web.Request) -> Any:
     ref = path_agent(request)
-    return await run(request, lambda s: memory_data(s.get(ref.agent)))
+    return await run_for(request, ref, lambda s: memory_data(s.get(ref.agent)))
 
 
 async def save(request: web.Request) -> Any:
@@ -202,7 +215,7 @@ async def recall(request: web.Request) -> Any:
     keyword = request.query.get("keyword", "")
     if not keyword.strip():
         raise EmptyKeywordError("give ?keyword= a word to look for")
-    return await run(request, lambda s: recall_data(s.recall(ref.agent, keyword)))
+    return await run_for(request, ref, lambda s: recall_data(s.recall(ref.agent, keyword)))
 
 
 async def context(request: web.Request) -> Any:
@@ -216,7 +229,7 @@ async def context(request: web.Request) -> Any:
             data["history"] = service.history(session, turns)
         return data
 
-    return await run(request, build)
+    return await run_for(request, ref, build)
 
 
 async def trigger(request: web.Request) -> Any:

@@ -307,6 +307,12 @@ class MemoryWorker:
         self, agent: str, group: list[_Save], replies: _Replies
     ) -> _GroupWrite | None:
         """The entries of a group, ready to write (None: all answered here already)."""
+        try:
+            self.service.check_folder(group[0].ref)  # once per group, off the event loop
+        except OryxError as error:
+            for job in group:
+                replies.failed(job, error)
+            return None
         store = self.service.store(group[0].ref)
         if not isinstance(store, MarkdownMemoryStore):
             self._save_one_by_one(group, replies)

@@ -8,6 +8,7 @@ oryxmem has not indexed yet are checked directly, so recall never misses them.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -55,18 +56,33 @@ def insert_entry(db: Database, agent: str, addition: NewEntry, source: str) -> E
     return entry
 
 
-def insert_indexed_row(db: Database, agent: str, entry: Entry, seq: int, source: str) -> int:
+def insert_indexed_row(db: Database, agent: str, entry: Entry, seq: int, source: str) -> None:
     """One row with its id and position, and its casefolded text in the recall index."""
-    row_id = db.execute(
-        "INSERT INTO memory_entries(agent, scope, ts, content, entry_id, seq, source, indexed)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, 1)",
-        [agent, entry.scope, entry.ts, entry.content, entry.entry_id, seq, source],
-    ).lastrowid
-    assert row_id is not None
-    db.execute(
-        "INSERT INTO memory_fts(rowid, folded) VALUES (?, ?)", [row_id, entry.content.casefold()]
+    insert_indexed_rows(db, agent, [(entry, seq)], source)
+
+
+def insert_indexed_rows(
+    db: Database, agent: str, rows: Sequence[tuple[Entry, int]], source: str
+) -> None:
+    """Rows (each entry with its position) and their casefolded text in the recall index:
+    two statements for all of them. The caller holds a write transaction, so the row
+    ids after the largest are ours to give (the ones SQLite would have chosen)."""
+    if not rows:
+        return
+    last = db.execute("SELECT coalesce(max(id), 0) FROM memory_entries").fetchone()[0]
+    ids = range(last + 1, last + 1 + len(rows))
+    db.conn.executemany(
+        "INSERT INTO memory_entries(id, agent, scope, ts, content, entry_id, seq, source, indexed)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1)",
+        [
+            (row_id, agent, e.scope, e.ts, e.content, e.entry_id, seq, source)
+            for row_id, (e, seq) in zip(ids, rows, strict=True)
+        ],
     )
-    return row_id
+    db.conn.executemany(
+        "INSERT INTO memory_fts(rowid, folded) VALUES (?, ?)",
+        [(row_id, e.content.casefold()) for row_id, (e, _) in zip(ids, rows, strict=True)],
+    )
 
 
 class SqliteMemoryStore(LongTermMemoryStore):

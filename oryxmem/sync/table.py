@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from oryxmem.errors import OryxError
 from oryxmem.store.db import Executes
 from oryxmem.store.format import SCOPES, TIMESTAMP_RE, Entry, normalize_content
-from oryxmem.store.sqlite import insert_indexed_row
+from oryxmem.store.sqlite import insert_indexed_rows
 from oryxmem.sync.reconcile import Plan, RowState, number_rows
 from oryxmem.workspace import agent_name_problem
 
@@ -365,9 +365,11 @@ def insert_rows(db: Database, agent: str, entries: Sequence[Entry], source: str)
     if not entries:
         return
     next_seq = _next_seqs(db, agent)
+    rows = []
     for entry in entries:
-        insert_indexed_row(db, agent, entry, next_seq[entry.scope], source)
+        rows.append((entry, next_seq[entry.scope]))
         next_seq[entry.scope] += 1
+    insert_indexed_rows(db, agent, rows, source)
 
 
 def _next_seqs(db: Database, agent: str) -> dict[str, int]:
