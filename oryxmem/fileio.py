@@ -190,9 +190,9 @@ class FileLock:
 
     def pending_intent(self) -> AppendIntent | None:
         assert self._fd is not None, "hold the lock first"
-        size = os.fstat(self._fd).st_size
-        if size == 0:
+        if os.pread(self._fd, 1, 0) != b"{":  # empty, or cleared: one read tells (the usual)
             return None
+        size = os.fstat(self._fd).st_size
         return AppendIntent.from_bytes(os.pread(self._fd, size, 0))
 
     def write_intent(self, intent: AppendIntent) -> None:

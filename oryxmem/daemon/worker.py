@@ -153,9 +153,8 @@ def _append_group(
     additions = [NewEntry(e.scope, e.ts, e.content) for _, e in ready]
     with store.lock.hold():
         for _ in range(5):
-            _, before = store.current_locked()
             try:
-                entries = store.edit_locked(additions, (), based_on=before)
+                entries, before = store.append_locked(additions)
                 break
             except ConcurrentChange:
                 store.forget()  # an editor wrote meanwhile: read it again

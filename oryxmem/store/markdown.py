@@ -142,8 +142,7 @@ class MarkdownMemoryStore(LongTermMemoryStore):
         with self.lock.hold():
             for _ in range(_MAX_RETRIES):
                 try:
-                    _, key = self.current_locked()
-                    return self.edit_locked([addition], (), based_on=key)[0]
+                    return self.append_locked([addition])[0][0]
                 except ConcurrentChange:
                     self.forget()
         raise ConcurrentChange(self.path)
@@ -181,6 +180,20 @@ class MarkdownMemoryStore(LongTermMemoryStore):
         cached = self._parseable_locked()
         if cached.key != based_on:
             raise ConcurrentChange(self.path)
+        return self._write_locked(cached, additions, removals)
+
+    def append_locked(self, additions: Sequence[NewEntry]) -> tuple[list[Entry], StatKey | None]:
+        """Add entries to the file as it is now, read once; the caller holds the lock.
+
+        Returns the entries and the stat of the file they were added to (None: there
+        was no file). Raises ConcurrentChange when the file changes under the write."""
+        cached = self._parseable_locked()
+        before = cached.key
+        return self._write_locked(cached, additions, ()), before
+
+    def _write_locked(
+        self, cached: _Cached, additions: Sequence[NewEntry], removals: Collection[str]
+    ) -> list[Entry]:
         added = plan_entries(cached.doc, additions)
         if not (additions or removals):
             return added

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from oryxmem.clock import Clock
 from oryxmem.store.base import LongTermMemoryStore, MemorySnapshot, StoreLimits
-from oryxmem.store.db import Executes, write_transaction
+from oryxmem.store.db import Executes, insert_values, write_transaction
 from oryxmem.store.format import (
     ARCHIVAL,
     CORE,
@@ -64,23 +64,24 @@ def insert_indexed_row(db: Database, agent: str, entry: Entry, seq: int, source:
 def insert_indexed_rows(
     db: Database, agent: str, rows: Sequence[tuple[Entry, int]], source: str
 ) -> None:
-    """Rows (each entry with its position) and their casefolded text in the recall index:
-    two statements for all of them. The caller holds a write transaction, so the row
-    ids after the largest are ours to give (the ones SQLite would have chosen)."""
+    """Rows (each entry with its position) and their casefolded text in the recall index,
+    many to a statement. The caller holds a write transaction, so the row ids after
+    the largest are ours to give (the ones SQLite would have chosen)."""
     if not rows:
         return
     last = db.execute("SELECT coalesce(max(id), 0) FROM memory_entries").fetchone()[0]
     ids = range(last + 1, last + 1 + len(rows))
-    db.conn.executemany(
-        "INSERT INTO memory_entries(id, agent, scope, ts, content, entry_id, seq, source, indexed)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1)",
+    insert_values(
+        db,
+        "INSERT INTO memory_entries(id, agent, scope, ts, content, entry_id, seq, source, indexed)",
         [
-            (row_id, agent, e.scope, e.ts, e.content, e.entry_id, seq, source)
+            (row_id, agent, e.scope, e.ts, e.content, e.entry_id, seq, source, 1)
             for row_id, (e, seq) in zip(ids, rows, strict=True)
         ],
     )
-    db.conn.executemany(
-        "INSERT INTO memory_fts(rowid, folded) VALUES (?, ?)",
+    insert_values(
+        db,
+        "INSERT INTO memory_fts(rowid, folded)",
         [(row_id, e.content.casefold()) for row_id, (e, _) in zip(ids, rows, strict=True)],
     )
 

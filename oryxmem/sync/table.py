@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from oryxmem.errors import OryxError
-from oryxmem.store.db import Executes
+from oryxmem.store.db import Executes, insert_values
 from oryxmem.store.format import SCOPES, TIMESTAMP_RE, Entry, normalize_content
 from oryxmem.store.sqlite import insert_indexed_rows
 from oryxmem.sync.reconcile import Plan, RowState, number_rows
@@ -203,9 +203,8 @@ def write_state(db: Database, state: SyncState, previous: Sequence[str] | None =
         "DELETE FROM sync_agreed WHERE agent = ? AND entry_id = ?",
         [[state.agent, i] for i in removed],
     )
-    db.conn.executemany(
-        "INSERT OR IGNORE INTO sync_agreed(agent, entry_id) VALUES (?, ?)",
-        [[state.agent, i] for i in added],
+    insert_values(
+        db, "INSERT OR IGNORE INTO sync_agreed(agent, entry_id)", [(state.agent, i) for i in added]
     )
 
 
@@ -267,9 +266,9 @@ def history_row(
 
 
 def record_history_rows(db: Database, rows: Sequence[HistoryRow]) -> None:
-    db.conn.executemany(
-        "INSERT INTO memory_history(agent, op, source, scope, entry_id, ts, content, detail)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+    insert_values(
+        db,
+        "INSERT INTO memory_history(agent, op, source, scope, entry_id, ts, content, detail)",
         rows,
     )
 
