@@ -14,7 +14,12 @@ the thread mirrors what it has appended when no job has come for
 MIRROR_IDLE_SECONDS, when the oldest unmirrored save is MIRROR_MAX_AGE_SECONDS
 old, and always before it runs any other call (a recall, a context, a
 reconcile by the sync thread), so every reader that goes through the daemon
-sees the rows of every save acknowledged before it.
+sees the rows of every save acknowledged before it. Only a program reading the
+table directly sees the lag: none once saves pause, at most the maximum age
+while they keep coming. That age is a trade: a mirror costs far less per entry
+in a big transaction than in many small ones (at 16 clients, 25 ms gave about
+2,700 saves/s here and 250 ms about 3,300), while the memory thread, busy with
+a mirror, starts no append.
 """
 
 from __future__ import annotations
@@ -47,7 +52,7 @@ log = logging.getLogger("oryxmem.daemon")
 MAX_BATCH = 512
 WRITER_THREADS = 4  # agents whose appends (and fsyncs) run side by side
 MIRROR_IDLE_SECONDS = 0.002
-MIRROR_MAX_AGE_SECONDS = 0.025
+MIRROR_MAX_AGE_SECONDS = 0.25
 
 
 @dataclass
