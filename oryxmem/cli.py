@@ -56,7 +56,7 @@ class Context:
             workspace = open_workspace(self.root)
             path = socket_path(workspace, Config.load(workspace.config_path))
             if path.exists():
-                from oryxmem.client import Client  # http.client only when a daemon may run
+                from oryxmem.client import Client  # only when a daemon may run
 
                 self._client = Client(path)
         return self._client

@@ -157,3 +157,39 @@ def test_opening_a_new_database_while_another_connection_writes_to_it(tmp_path: 
     assert time.monotonic() - started >= 0.25, "it waited for the writer"
     db.close()
     other.close()
+
+
+def test_rows_inserted_many_to_a_statement_arrive_whole_and_in_order(tmp_path: Path) -> None:
+    """The mirror's inserts (insert_values, a hundred rows a statement) across chunk edges;
+    the triggers still log each row, and the recall index finds each one."""
+    from oryxmem.store.db import ROWS_PER_INSERT, write_transaction
+    from oryxmem.store.format import Entry, entry_key
+    from oryxmem.store.sqlite import insert_indexed_rows
+
+    db = connect(tmp_path / "oryxos.db")
+    count = 2 * ROWS_PER_INSERT + 7
+    entries = []
+    for n in range(count):
+        content = f"entry number {n} ü"
+        entries.append(
+            Entry(
+                "archival",
+                "2026-11-30 10:00:00",
+                content,
+                entry_key("archival", "2026-11-30 10:00:00", content),
+            )
+        )
+    with write_transaction(db):
+        insert_indexed_rows(db, "coder", [(e, n + 1) for n, e in enumerate(entries)], "socket")
+    db.close()
+    rows = shell(tmp_path / "oryxos.db", "SELECT seq, content FROM memory_entries ORDER BY id")
+    assert rows.splitlines() == [f"{n + 1}|entry number {n} ü" for n in range(count)]
+    assert shell(tmp_path / "oryxos.db", "SELECT count(*) FROM memory_changes").strip() == str(
+        count
+    )
+    found = shell(
+        tmp_path / "oryxos.db",
+        "SELECT e.content FROM memory_fts f JOIN memory_entries e ON e.id = f.rowid"
+        " WHERE memory_fts MATCH '\"number 206\"'",
+    )
+    assert found.strip() == "entry number 206 ü"
