@@ -40,8 +40,9 @@ class _Connection:
     goes out in one write; a reply is a status line, headers and a body framed by
     Content-Length (the daemon's server, aiohttp, frames every reply that way) or by
     the end of the connection. http.client does all of that and much more, and cost
-    3.5 times the CPU per call (its headers go through the email package's parser):
-    on a busy machine that is taken from the daemon.
+    twice the CPU per call (0.13 ms against 0.06: it sends a request in two writes,
+    and parses every reply's headers with the email package); on a busy machine
+    that is taken from the daemon.
     """
 
     def __init__(self, path: str, timeout: float) -> None:
