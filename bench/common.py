@@ -87,11 +87,17 @@ class Figure:
     def holds(self) -> bool | None:
         return None if self.goal is None else self.goal.holds(self.value)
 
+    def spread(self, dash: str) -> str:
+        """min..max of the runs ('' for a single run)."""
+        runs = self.runs
+        return f"{number(min(runs))}{dash}{number(max(runs))}" if len(runs) > 1 else ""
+
+    def goal_label(self) -> str:
+        return f"{self.goal} (#{self.goal.issue})" if self.goal else ""
+
     def row(self) -> str:
         verdict = {None: "", True: "yes", False: "NO"}[self.holds]
-        runs = self.runs
-        spread = f"{number(min(runs))}..{number(max(runs))}" if len(runs) > 1 else ""
-        goal = f"{self.goal} (#{self.goal.issue})" if self.goal else ""
+        spread, goal = self.spread(".."), self.goal_label()
         return (
             f"{self.name:<50} {self.value:>10.3f} {self.unit:<4} {spread:<17} {goal:<22} {verdict}"
         )
@@ -128,11 +134,14 @@ def print_markdown(figures: list[Figure]) -> None:
     print("|---|---|---|---|---|")
     for figure in figures:
         verdict = {None: "", True: "yes", False: "**no**"}[figure.holds]
-        runs = figure.runs
-        spread = f"{number(min(runs))}–{number(max(runs))}" if len(runs) > 1 else ""
-        goal = f"{figure.goal} (#{figure.goal.issue})" if figure.goal else ""
-        name = figure.name.strip()
-        print(f"| {name} | {number(figure.value)} {figure.unit} | {spread} | {goal} | {verdict} |")
+        cells = [
+            figure.name.strip(),
+            f"{number(figure.value)} {figure.unit}",
+            figure.spread("–"),
+            figure.goal_label(),
+            verdict,
+        ]
+        print(f"| {' | '.join(cells)} |")
 
 
 def merge_runs(runs: list[list[Figure]]) -> list[Figure]:

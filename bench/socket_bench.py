@@ -1,6 +1,6 @@
 """Socket benchmark (issue 4): the daemon as a real process, clients as real processes.
 
-Run: python -m bench.socket_bench [--saves 500] [--seconds 3] [--entries 100000] [--json]
+Run: python -m bench.socket_bench [--saves 500] [--seconds 3] [--recall-entries 100000] [--json]
 """
 
 from __future__ import annotations

@@ -7,7 +7,6 @@ global memory file; every result says which file served it and why.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from dataclasses import dataclass
@@ -253,33 +252,30 @@ class MemoryService:
         ref = self.resolve(agent)
         store = self.store(ref)
         if isinstance(store, MarkdownMemoryStore):
-            # When the rows equal the file, the trigram index answers: where the database
-            # is open anyway (the daemon), and in a short-lived process (the CLI) when the
-            # file is large enough that parsing it costs more than a look at the rows.
-            if self._db is not None:
-                mirror = self._mirror_if_in_sync(ref.agent)
-                if mirror is not None:
-                    return RecallResult(ref, keyword, mirror.recall(keyword))
-            else:
-                entries = self._recall_from_rows(ref.agent, keyword)
-                if entries is not None:
-                    return RecallResult(ref, keyword, [entry.render() for entry in entries])
+            entries = self._recall_from_rows(ref.agent, keyword)
+            if entries is not None:
+                return RecallResult(ref, keyword, [entry.render() for entry in entries])
         return RecallResult(ref, keyword, store.recall(keyword))
 
     def _recall_from_rows(self, agent: str, keyword: str) -> list[Entry] | None:
-        """Recall through the rows of a large file that is in sync, with a plain read-only
-        connection (no sqlite-utils, no migrations); None: read the file instead."""
+        """Recall through the rows' trigram index when sync says they equal the file right
+        now (None: read the file instead). Where the database is open anyway (the daemon),
+        always; in a short-lived process (the CLI) only for a file large enough that
+        parsing it costs more, through a plain read-only connection (no sqlite-utils, no
+        migrations)."""
         import sqlite3
 
         from oryxmem.store.sqlite import recall_rows
-        from oryxmem.sync.table import is_settled
+        from oryxmem.sync.table import file_stat, is_settled
 
         folded = fold_keyword(keyword)
-        try:
-            info = os.stat(self.workspace.memory_path(agent))
-        except FileNotFoundError:
+        stat = file_stat(self.workspace.memory_path(agent))
+        if stat is None:
             return None
-        if info.st_size < ROWS_ANSWER_FROM_BYTES or not self.workspace.db_path.exists():
+        db = self._db
+        if db is not None:
+            return recall_rows(db, agent, folded) if is_settled(db, agent, stat) else None
+        if (stat[1] or 0) < ROWS_ANSWER_FROM_BYTES or not self.workspace.db_path.exists():
             return None
         uri = f"{self.workspace.db_path.as_uri()}?mode=ro"
         try:
@@ -287,27 +283,12 @@ class MemoryService:
         except sqlite3.Error:
             return None
         try:
-            if not is_settled(conn, agent, (info.st_ino, info.st_size, info.st_mtime_ns)):
-                return None
-            return recall_rows(conn, agent, folded)
+            return recall_rows(conn, agent, folded) if is_settled(conn, agent, stat) else None
         except sqlite3.Error as error:  # an older schema, a locked file: the file answers
             log.info("recall from the rows of %s skipped: %s", agent or "(global)", error)
             return None
         finally:
             conn.close()
-
-    def _mirror_if_in_sync(self, agent: str) -> LongTermMemoryStore | None:
-        """The agent's rows as a store, when sync says they equal its MEMORY.md right now."""
-        from oryxmem.store.sqlite import SqliteMemoryStore
-        from oryxmem.sync.table import is_settled
-
-        try:
-            info = os.stat(self.workspace.memory_path(agent))
-        except FileNotFoundError:
-            return None
-        if not is_settled(self.db, agent, (info.st_ino, info.st_size, info.st_mtime_ns)):
-            return None
-        return SqliteMemoryStore(self.db, agent, clock=self.clock, limits=self.limits)
 
     def get(self, agent: str | None) -> MemoryView:
         ref = self.resolve(agent)

@@ -311,12 +311,10 @@ def append_saves(engine: SyncEngine, agent: str, *contents: str) -> Append:
     """What the daemon's writer does: one durable append, with the stat around it."""
     store = engine.service.markdown_store(agent)
     with store.lock.hold():
-        _, before = store.current_locked()
         additions = [store.prepare(c, "archival") for c in contents]
-        entries = store.edit_locked(additions, (), based_on=before)
-        _, after = store.current_locked()
-    assert after is not None
-    return Append(before, entries, after)
+        entries, before = store.append_locked(additions)
+    assert store.written_key is not None
+    return Append(before, entries, store.written_key)
 
 
 def test_saves_mirror_at_once_when_in_sync(engine: SyncEngine, workspace: Workspace) -> None:

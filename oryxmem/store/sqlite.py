@@ -52,13 +52,8 @@ def insert_entry(db: Database, agent: str, addition: NewEntry, source: str) -> E
         [agent, key, addition.scope],
     ).fetchone()
     entry = Entry(addition.scope, addition.ts, addition.content, entry_id_for(key, ordinal))
-    insert_indexed_row(db, agent, entry, next_seq, source)
+    insert_indexed_rows(db, agent, [(entry, next_seq)], source)
     return entry
-
-
-def insert_indexed_row(db: Database, agent: str, entry: Entry, seq: int, source: str) -> None:
-    """One row with its id and position, and its casefolded text in the recall index."""
-    insert_indexed_rows(db, agent, [(entry, seq)], source)
 
 
 def insert_indexed_rows(

@@ -214,11 +214,8 @@ class SyncEngine:
         return AgentReport(agent, "deferred", "the file kept changing; retrying later")
 
     def _settled_now(self, agent: str) -> bool:
-        try:
-            info = os.stat(self.workspace.memory_path(agent))
-        except FileNotFoundError:
-            return False
-        return table.is_settled(self.db, agent, (info.st_ino, info.st_size, info.st_mtime_ns))
+        stat = table.file_stat(self.workspace.memory_path(agent))
+        return stat is not None and table.is_settled(self.db, agent, stat)
 
     def _reconcile_once(self, agent: str, store: MarkdownMemoryStore, dry_run: bool) -> AgentReport:
         report = AgentReport(agent)
@@ -241,8 +238,7 @@ class SyncEngine:
                         and not report.quarantined
                         and table.is_current(self.db, state)
                     )
-                    agreed_stat = (state.inode, state.size, state.mtime_ns) if state else None
-                    if settled and _file_stat(key) == agreed_stat:
+                    if settled and state and _file_stat(key) == state.file_stat:
                         report.status = "unchanged"  # the echo of our own write, or a rescan
                         table.index_rows(self.db, agent)
                         return report
@@ -321,7 +317,7 @@ class SyncEngine:
                 ).fetchone()
                 start = 0 if appends[0].before is None and has_rows is None else None
             elif table.is_current(self.db, state):  # status ok, no row changed since
-                agreed_stat = (state.inode, state.size, state.mtime_ns)
+                agreed_stat = state.file_stat
                 stats = [_file_stat(append.before) for append in appends]
                 start = stats.index(agreed_stat) if agreed_stat in stats else None
                 all_taken = start is None and _file_stat(appends[-1].after) == agreed_stat
@@ -342,7 +338,7 @@ class SyncEngine:
         previous: list[str] | None = None,
     ) -> None:
         """The new agreed state; with ``previous`` only the ids that differ are written."""
-        inode, size, mtime_ns = (key[0], key[1], key[2]) if key else (None, None, None)
+        inode, size, mtime_ns = _file_stat(key)
         table.write_state(
             self.db,
             table.SyncState(

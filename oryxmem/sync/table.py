@@ -7,6 +7,7 @@ together or not at all.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -20,6 +21,9 @@ from oryxmem.workspace import agent_name_problem
 
 if TYPE_CHECKING:
     from sqlite_utils import Database
+
+
+FileStat = tuple[int | None, int | None, int | None]  # (inode, size, mtime_ns)
 
 
 @dataclass(frozen=True)
@@ -36,6 +40,11 @@ class SyncState:
     status: str
     detail: str | None
     change_seq: int
+
+    @property
+    def file_stat(self) -> FileStat:
+        """The file's (inode, size, mtime_ns) when both sides last agreed."""
+        return (self.inode, self.size, self.mtime_ns)
 
 
 def insert_waiting_row(db: Database, agent: str, entry: Entry, source: str) -> None:
@@ -151,7 +160,13 @@ def read_state(db: Executes, agent: str, *, with_agreed: bool = True) -> SyncSta
     return SyncState(agent_, path, size, mtime_ns, inode, sha, agreed, status, detail, change_seq)
 
 
-FileStat = tuple[int | None, int | None, int | None]  # (inode, size, mtime_ns)
+def file_stat(path: str | os.PathLike[str]) -> FileStat | None:
+    """The file's (inode, size, mtime_ns) as sync compares it; None: there is no file."""
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return (info.st_ino, info.st_size, info.st_mtime_ns)
 
 
 def is_current(db: Executes, state: SyncState, stat: FileStat | None = None) -> bool:
@@ -159,7 +174,7 @@ def is_current(db: Executes, state: SyncState, stat: FileStat | None = None) -> 
     given) the file still has the stat it had then?"""
     return (
         state.status == "ok"
-        and (stat is None or stat == (state.inode, state.size, state.mtime_ns))
+        and (stat is None or stat == state.file_stat)
         and not has_pending_changes(db, state.agent, state.change_seq)
     )
 
