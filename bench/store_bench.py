@@ -22,12 +22,13 @@ from bench.common import (
     sqlite_commit_floor_ms,
     time_calls,
 )
+from oryxmem.backends.sqlite import SqliteMemoryStore
 from oryxmem.fileio import FileLock
 from oryxmem.store.base import LongTermMemoryStore, StoreLimits
 from oryxmem.store.db import connect, write_transaction
-from oryxmem.store.format import ARCHIVAL, NewEntry, render_entry_line
+from oryxmem.store.format import ARCHIVAL, NewEntry, numbered, render_entry_line
 from oryxmem.store.markdown import MarkdownMemoryStore
-from oryxmem.store.sqlite import SqliteMemoryStore, insert_entry
+from oryxmem.store.rows import insert_rows
 from oryxmem.workspace import Workspace
 
 TS = "2026-11-30 10:00:00"
@@ -63,9 +64,9 @@ def seed(workspace: Workspace, agent: str, count: int) -> None:
     lines += [render_entry_line(TS, content_for(i)) for i in range(count)]
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     db = connect(workspace.db_path)
+    entries = numbered(NewEntry(ARCHIVAL, TS, content_for(i)) for i in range(count))
     with write_transaction(db):
-        for i in range(count):
-            insert_entry(db, agent, NewEntry(ARCHIVAL, TS, content_for(i)), "bench")
+        insert_rows(db, agent, entries, "bench")
     db.close()
     sync(workspace)
 

@@ -19,12 +19,14 @@ import click
 from oryxmem import __version__
 from oryxmem import config as config_module
 from oryxmem.config import Config
-from oryxmem.daemon.sockets import socket_path
 from oryxmem.errors import DaemonUnavailableError, OryxError
+from oryxmem.fileio import raise_open_file_limit
 from oryxmem.payloads import agents_data, context_data, memory_data, recall_data, save_data
 from oryxmem.service import MemoryService
+from oryxmem.store import rows
 from oryxmem.store.format import ARCHIVAL, SCOPES, escape_content
-from oryxmem.workspace import init_workspace, open_workspace, resolve_agent
+from oryxmem.store.rows import sync_summary
+from oryxmem.workspace import init_workspace, open_workspace, resolve_agent, socket_path
 
 if TYPE_CHECKING:
     from oryxmem.client import Client
@@ -309,8 +311,6 @@ def install_systemd(ctx: Context, unit_dir: Path | None) -> None:
 @pass_context
 def status(ctx: Context, socket_only: bool, as_json: bool) -> None:
     """Is the daemon running? Its socket, the agents' sync state, the last errors."""
-    from oryxmem.sync.table import sync_summary
-
     workspace = open_workspace(ctx.root)
     path = socket_path(workspace, Config.load(workspace.config_path))
     if socket_only:
@@ -347,6 +347,11 @@ def status(ctx: Context, socket_only: bool, as_json: bool) -> None:
     for problem in summary["problems"]:
         click.echo(f"  {problem['agent'] or '(global)'}: {problem['status']}: {problem['detail']}")
     click.echo(f"quarantine {summary['quarantined_rows']} row(s) (oryxmem history shows why)")
+    for kept in summary["kept_lines"]:
+        where = f"{kept['path']}:{kept['line']}"
+        click.echo(f"kept       {where}: not an entry: {terminal_safe(kept['text'])}")
+    for repair in summary["repairs"]:
+        click.echo(f"repaired   {repair['at']}  {terminal_safe(repair['detail'])}")
     if health and health.get("last_sync_error"):
         click.echo(f"last error {health['last_sync_error']}")
 
@@ -359,23 +364,19 @@ def status(ctx: Context, socket_only: bool, as_json: bool) -> None:
 @pass_context
 def sync(ctx: Context, agent: str | None, check: bool, watch: bool, as_json: bool) -> None:
     """Make every MEMORY.md and the memory_entries table agree (one pass, no daemon needed)."""
-    from oryxmem.fileio import raise_open_file_limit
-    from oryxmem.sync.engine import SyncEngine
-
     raise_open_file_limit()  # a lock file stays open per agent synced
     if watch:
         _watch(ctx)
         return
-    engine = SyncEngine(ctx.service)
     agents = None if agent is None else [ctx.service.resolve(agent).agent]
-    total = len(engine.known_agents()) if agents is None else 1
+    total = len(ctx.service.sync_engine().known_agents()) if agents is None else 1
     show_bar = not as_json and sys.stderr.isatty() and total > 20
     with (
         click.progressbar(length=total, label="syncing", file=sys.stderr)
         if show_bar
         else (_NoBar()) as bar
     ):
-        reports = engine.reconcile_all(agents, dry_run=check, progress=lambda _: bar.update(1))
+        reports = ctx.service.sync(agents, dry_run=check, progress=lambda _: bar.update(1))
     if as_json:
         emit_json([report.__dict__ for report in reports])
     else:
@@ -384,6 +385,8 @@ def sync(ctx: Context, agent: str | None, check: bool, watch: bool, as_json: boo
                 click.echo(("would sync " if check else "") + report.summary())
                 for line in report.file_added + report.lost if check else report.lost:
                     click.echo(f"  {line}")
+            for notice in report.notices():
+                click.echo(f"note: {terminal_safe(notice)}")
         if not any(r.drift or r.status not in ("ok", "unchanged") for r in reports):
             click.echo("everything in sync")
     if check and any(report.drift for report in reports):
@@ -397,6 +400,7 @@ def _watch(ctx: Context) -> None:
     import signal
     import threading
 
+    from oryxmem.daemon.notify import notify
     from oryxmem.sync.watcher import SyncWatcher
 
     logging.getLogger("oryxmem").setLevel(logging.INFO)
@@ -410,6 +414,7 @@ def _watch(ctx: Context) -> None:
     watcher.ready.wait()
     mode = "polling" if watcher.polling else "inotify"
     click.echo(f"oryxmem: watching {watcher.workspace.os_dir} ({mode})", err=True)
+    notify("READY=1")  # under systemd (or a test), the same signal the daemon gives
     while not stop.wait(1.0):
         if not watcher.alive:
             raise OryxError("the sync watcher stopped unexpectedly; see the log above")
@@ -435,10 +440,8 @@ class _NoBar:
 @pass_context
 def history(ctx: Context, agent: str | None, limit: int, as_json: bool) -> None:
     """What was added and removed, when, and by which source (file, db, socket)."""
-    from oryxmem.sync import table
-
     name = None if agent is None else ctx.service.resolve(agent).agent
-    events = table.history(ctx.service.db, name, limit)
+    events = rows.history(ctx.service.db, name, limit)
     if as_json:
         emit_json(events)
         return

@@ -17,6 +17,7 @@ import urllib.parse
 from pathlib import Path
 from typing import Any
 
+from oryxmem.config import Config
 from oryxmem.errors import (
     DaemonUnavailableError,
     InternalError,
@@ -24,6 +25,7 @@ from oryxmem.errors import (
     OryxError,
     error_for_code,
 )
+from oryxmem.workspace import open_workspace, socket_path
 
 MAX_LINE = 65536
 MAX_HEADERS = 100
@@ -131,10 +133,6 @@ class Client:
 
     @classmethod
     def for_workspace(cls, root: str | None = None, timeout: float = 30.0) -> Client:
-        from oryxmem.config import Config
-        from oryxmem.daemon.sockets import socket_path
-        from oryxmem.workspace import open_workspace
-
         workspace = open_workspace(root)
         return cls(socket_path(workspace, Config.load(workspace.config_path)), timeout)
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from oryxmem.errors import InvalidConfigError
 from oryxmem.fileio import atomic_write
+from oryxmem.registry import BACKENDS
 
 
 @dataclass(frozen=True)
@@ -45,8 +46,9 @@ SETTINGS: tuple[Setting, ...] = (
         "memory.backend",
         "markdown",
         str,
-        "where long-term memory is read and written: markdown, sqlite or mem0",
-        _one_of("markdown", "sqlite", "mem0"),
+        "what answers reads of long-term memory (saves always land in MEMORY.md first):"
+        f" {', '.join(BACKENDS.names())}",
+        _one_of(*BACKENDS.names()),
     ),
     Setting(
         "memory.archival_limit_chars",
@@ -210,6 +212,10 @@ class Config:
     @property
     def max_content_chars(self) -> int:
         return int(self.get("memory.max_content_chars"))
+
+    @property
+    def socket(self) -> str:
+        return str(self.get("daemon.socket"))
 
     @property
     def timezone(self) -> str:

@@ -23,8 +23,35 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple, TypeVar
 
 from oryxmem.errors import StorageError
+
+T = TypeVar("T")
+
+
+class FileStat(NamedTuple):
+    """Which file a path names and how it was when looked at: what tells a change.
+
+    The ctime moves on every write, rename or chmod and cannot be set back, so
+    two equal stats mean the same bytes in practice."""
+
+    inode: int
+    size: int
+    mtime_ns: int
+    ctime_ns: int
+
+    @classmethod
+    def of(cls, info: os.stat_result) -> FileStat:
+        return cls(info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+
+
+def file_stat(path: str | os.PathLike[str]) -> FileStat | None:
+    """The file's stat as oryxmem compares it; None: there is no file."""
+    try:
+        return FileStat.of(os.stat(path))
+    except FileNotFoundError:
+        return None
 
 
 def fsync_dir(directory: Path) -> None:
@@ -300,6 +327,19 @@ class ConcurrentChange(Exception):
     def __init__(self, path: Path) -> None:
         super().__init__(f"{path} changed while it was being written")
         self.path = path
+
+
+def retry_on_change(
+    attempts: int, work: Callable[[], T], before_retry: Callable[[], None] = lambda: None
+) -> T:
+    """``work()``, tried again (after ``before_retry``) while another writer changes the
+    file under it; the last attempt's ConcurrentChange is the caller's to handle."""
+    for _ in range(attempts - 1):
+        try:
+            return work()
+        except ConcurrentChange:
+            before_retry()
+    return work()
 
 
 def raise_open_file_limit() -> int:

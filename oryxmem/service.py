@@ -1,40 +1,46 @@
-"""MemoryService: the one facade the agent loop, prompt builder, socket API and CLI use.
+"""MemoryService: the one write path and the one read facade.
 
-Nobody else touches a store directly. An unsafe agent name falls back to the
-global memory file; every result says which file served it and why.
+Every save, whichever way it comes (the socket, the CLI, a tool call, a trigger
+footprint), goes through ``save_batch``: checked and stamped, written to
+MEMORY.md as one durable append (that is when it is acknowledged), then
+mirrored into the rows of ``memory_entries``, whose change log feeds the derived
+indexes. The daemon's group commit is this same path with its steps spread over
+threads: ``prepare_batch`` on the memory thread, ``write_batch`` on a writer
+thread per agent, ``finish_batch`` and ``mirror_saves`` back on the memory thread.
+
+Reads go to the backend ``memory.backend`` names (oryxmem/registry.py). An
+unsafe agent name falls back to the global memory file; every result says
+which file served it and why.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
+import sqlite3
 import time
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from oryxmem.clock import clock_for
 from oryxmem.config import Config
 from oryxmem.errors import (
-    BackendUnavailableError,
     EmptyContentError,
     MemoryFileConflictedError,
     OryxError,
     UnsafeAgentNameError,
+    log_failure,
 )
-from oryxmem.fileio import FileLock
-from oryxmem.store.base import LongTermMemoryStore, StoreLimits, fold_keyword
-from oryxmem.store.db import BUSY_TIMEOUT_MS
-from oryxmem.store.format import (
-    ARCHIVAL,
-    CANONICAL_HEADINGS,
-    CORE,
-    Entry,
-    NewEntry,
-    apply_edits,
-    new_file_text,
-    parse,
-)
-from oryxmem.store.markdown import MarkdownMemoryStore
+from oryxmem.fileio import FileStat, file_stat
+from oryxmem.index import DerivedIndex, catch_up, is_caught_up, load_indexes
+from oryxmem.index.keyword import KeywordIndex
+from oryxmem.registry import BACKENDS
+from oryxmem.store import rows
+from oryxmem.store.base import LongTermMemoryStore, StoreLimits, StoreResources, fold_keyword
+from oryxmem.store.db import BUSY_TIMEOUT_MS, Executes, connect, write_transaction
+from oryxmem.store.format import ARCHIVAL, CANONICAL_HEADINGS, CORE, Entry, new_file_text
+from oryxmem.store.markdown import Append, MarkdownFiles, MarkdownMemoryStore
+from oryxmem.store.sessions import SessionInfo, SessionStore, record_tool_invocation
 from oryxmem.workspace import (
     GLOBAL_AGENT,
     AgentRef,
@@ -45,10 +51,9 @@ from oryxmem.workspace import (
 )
 
 if TYPE_CHECKING:
-    # SQLite is imported on first use: a save to MEMORY.md from the CLI need not pay for it.
     from sqlite_utils import Database
 
-    from oryxmem.store.sessions import SessionInfo, SessionStore
+    from oryxmem.sync.engine import AgentReport, SyncEngine
 
 log = logging.getLogger("oryxmem")
 # A MEMORY.md this large costs more to parse (about 35 ms per MB) than a look at its
@@ -88,15 +93,6 @@ class AgentSummary:
     problem: str | None
 
 
-_CREATING = threading.Lock()
-
-
-def close_stores(stores: dict[str, MarkdownMemoryStore]) -> None:
-    for store in stores.values():
-        store.close()
-    stores.clear()
-
-
 def fold_whitespace(text: str) -> str:
     return " ".join(text.split())
 
@@ -114,6 +110,52 @@ def footprint_line(user_message: str, reply: str, max_chars: int) -> str:
     return f'trigger: user="{user}" reply="{answer}"'
 
 
+@dataclass(frozen=True)
+class SaveRequest:
+    """One save as it arrives: what to write, where, and who asked (for the history)."""
+
+    content: str
+    scope: str = ARCHIVAL
+    source: str = "api"
+
+    @classmethod
+    def footprint(
+        cls, user_message: str, reply: str, max_chars: int, source: str = "api"
+    ) -> SaveRequest:
+        """The automatic footprint of one trigger, as an archival save."""
+        return cls(footprint_line(user_message, reply, max_chars), ARCHIVAL, source)
+
+
+Outcome = SaveResult | BaseException
+
+
+@dataclass
+class SaveBatch:
+    """One agent's saves, written to MEMORY.md as one durable append."""
+
+    ref: AgentRef
+    requests: Sequence[SaveRequest]
+    outcomes: list[Outcome | None]
+    store: MarkdownMemoryStore | None = None
+    prepared: list[tuple[int, Entry]] = field(default_factory=list)  # (request, entry)
+    written: Append | None = None
+    error: BaseException | None = None  # why the write failed
+
+    def outcome(self, index: int) -> Outcome:
+        result = self.outcomes[index]
+        assert result is not None, "the batch has not been written"
+        return result
+
+
+@dataclass
+class _Unmirrored:
+    """Consecutive appends to one agent's file whose entries are not yet in the rows."""
+
+    appends: list[Append]
+    source: str
+    since: float  # monotonic time of the first
+
+
 class MemoryService:
     def __init__(
         self,
@@ -121,18 +163,24 @@ class MemoryService:
         config: Config,
         *,
         db: Database | None = None,
-        markdown_stores: dict[str, MarkdownMemoryStore] | None = None,
+        files: MarkdownFiles | None = None,
     ) -> None:
-        """``markdown_stores`` lets services in one process (the daemon's threads) share
-        each file's store, so a write by one leaves the others' parsed copy current."""
+        """``files`` lets services in one process (the daemon's threads) share each file's
+        store, so a write by one leaves the others' parsed copy current."""
         self.workspace = workspace
         self.config = config
         self.clock = clock_for(config.timezone)
         self.limits = StoreLimits(config.archival_limit_chars, config.max_content_chars)
         self._db = db
-        self._stores: dict[str, LongTermMemoryStore] = {}
-        self._owns_stores = markdown_stores is None  # shared stores are closed by their owner
-        self._markdown_stores = markdown_stores if markdown_stores is not None else {}
+        self._owns_files = files is None  # shared stores are closed by their owner
+        self.files = files or MarkdownFiles(workspace, clock=self.clock, limits=self.limits)
+        self._backend: type[LongTermMemoryStore] | None = None
+        self._readers: dict[str, LongTermMemoryStore] = {}
+        self._indexes: dict[str, DerivedIndex] | None = None
+        self._unmirrored: dict[str, _Unmirrored] = {}
+        self.batches = 0
+        self.saves = 0
+        self.mirrors = 0
 
     @classmethod
     def open(cls, root: str | None = None) -> MemoryService:
@@ -143,20 +191,18 @@ class MemoryService:
     def db(self) -> Database:
         """The workspace database, opened (and migrated) on first use."""
         if self._db is None:
-            from oryxmem.store.db import connect
-
             self._db = connect(self.workspace.db_path)
         return self._db
 
     def close(self) -> None:
-        if self._owns_stores:
-            close_stores(self._markdown_stores)
-        self._stores.clear()
+        if self._owns_files:
+            self.files.close()
+        self._readers.clear()
         if self._db is not None:
             self._db.close()
             self._db = None
 
-    # --- long-term memory ---------------------------------------------------
+    # --- agents ---------------------------------------------------------------
 
     def resolve(self, agent: str | None) -> AgentRef:
         ref = resolve_agent(self.workspace, agent)
@@ -175,71 +221,117 @@ class MemoryService:
         if problem:
             raise UnsafeAgentNameError(f"unsafe agent name {ref.agent!r}: {problem}")
 
-    def store(self, ref: AgentRef) -> LongTermMemoryStore:
-        store = self._stores.get(ref.agent)
+    @property
+    def backend(self) -> type[LongTermMemoryStore]:
+        """The configured backend's store class, imported on first use; a backend that
+        cannot be loaded is a clear error for every call, saves included."""
+        if self._backend is None:
+            self._backend = BACKENDS.load(self.config.backend)
+        return self._backend
+
+    def reader(self, ref: AgentRef) -> LongTermMemoryStore:
+        """The configured backend's store for this agent: what answers reads."""
+        store = self._readers.get(ref.agent)
         if store is None:
-            store = self._make_store(ref.agent)
-            self._stores[ref.agent] = store
+            resources = StoreResources(
+                self.workspace,
+                self.config,
+                self.files,
+                lambda: self.db,
+                self.clock,
+                self.limits,
+            )
+            store = self._readers[ref.agent] = self.backend.for_agent(ref.agent, resources)
         return store
 
-    def markdown_store(self, agent: str) -> MarkdownMemoryStore:
-        """The MEMORY.md store of a resolved agent, whatever the configured backend."""
-        store = self._markdown_stores.get(agent)
-        if store is None:
-            with _CREATING:  # threads share these stores: one per agent, whoever asks first
-                store = self._markdown_stores.get(agent)
-                if store is None:
-                    store = MarkdownMemoryStore(
-                        self.workspace.memory_path(agent),
-                        FileLock(self.workspace.lock_path(agent)),
-                        clock=self.clock,
-                        limits=self.limits,
-                    )
-                    self._markdown_stores[agent] = store
-        return store
-
-    def _make_store(self, agent: str) -> LongTermMemoryStore:
-        backend = self.config.backend
-        if backend == "markdown":
-            return self.markdown_store(agent)
-        if backend == "sqlite":
-            from oryxmem.store.sqlite import SqliteMemoryStore
-
-            return SqliteMemoryStore(self.db, agent, clock=self.clock, limits=self.limits)
-        raise BackendUnavailableError(
-            f"memory.backend = {backend!r} is not available in this version;"
-            " set it to 'markdown' or 'sqlite'"
-        )
+    # --- the write path -------------------------------------------------------
 
     def save(
         self, agent: str | None, content: str, scope: str = ARCHIVAL, *, source: str = "api"
     ) -> SaveResult:
-        ref = self.resolve(agent)
-        store = self.store(ref)
+        """Save one entry: durable in MEMORY.md, then in the rows. Raises what refused it."""
+        return self.save_one(self.resolve(agent), SaveRequest(content, scope, source))
+
+    def record_trigger(self, agent: str | None, user_message: str, reply: str) -> SaveResult:
+        """The automatic footprint: one compact archival line per trigger."""
+        request = SaveRequest.footprint(user_message, reply, self.config.footprint_max_chars)
+        return self.save_one(self.resolve(agent), request)
+
+    def save_one(self, ref: AgentRef, request: SaveRequest) -> SaveResult:
+        outcome = self.save_batch(ref, [request]).outcome(0)
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+    def save_batch(self, ref: AgentRef, requests: Sequence[SaveRequest]) -> SaveBatch:
+        """Every step of a save, in this thread: one append for all of them, then the rows."""
+        batch = self.prepare_batch(ref, requests)
+        self.write_batch(batch)
+        self.finish_batch(batch)
+        self.mirror_saves()
+        return batch
+
+    def prepare_batch(self, ref: AgentRef, requests: Sequence[SaveRequest]) -> SaveBatch:
+        """Check and stamp each save; those refused get their error as their outcome."""
+        batch = SaveBatch(ref, requests, [None] * len(requests))
         try:
-            entry = store.append(content, scope)
-        except MemoryFileConflictedError as error:
-            if not isinstance(store, MarkdownMemoryStore):
-                raise
-            return self._save_while_conflicted(ref, store, content, scope, source, error)
-        return SaveResult(ref, entry)
+            assert self.backend is not None  # one that cannot load refuses the save
+            self.check_folder(ref)
+            batch.store = self.files.get(ref.agent)
+        except OryxError as error:
+            batch.outcomes = [error] * len(requests)
+            return batch
+        for index, request in enumerate(requests):
+            try:
+                batch.prepared.append((index, batch.store.prepare(request.content, request.scope)))
+            except OryxError as error:
+                batch.outcomes[index] = error
+        return batch
+
+    @staticmethod
+    def write_batch(batch: SaveBatch) -> None:
+        """The durable append of a prepared batch. Touches only this agent's file, so the
+        batches of different agents may be written side by side on other threads."""
+        if not batch.prepared or batch.store is None:
+            return
+        try:
+            batch.written = batch.store.append_many([e for _, e in batch.prepared])
+        except Exception as error:  # finish_batch decides what the callers are told
+            batch.error = error
+            return
+        for (index, _), entry in zip(batch.prepared, batch.written.entries, strict=True):
+            batch.outcomes[index] = SaveResult(batch.ref, entry)
+
+    def finish_batch(self, batch: SaveBatch) -> None:
+        """After the write: queue the mirror, or keep saves the file refused (git conflict
+        markers) in the database, or give every caller the error."""
+        if batch.written is not None:
+            self.batches += 1
+            self.saves += len(batch.written.entries)
+            self._queue_mirror(batch.ref.agent, batch.written, batch.requests[0].source)
+        elif isinstance(batch.error, MemoryFileConflictedError):
+            for index, entry in batch.prepared:
+                batch.outcomes[index] = self._save_while_conflicted(
+                    batch.ref, entry, batch.requests[index].source, batch.error
+                )
+        elif batch.error is not None:
+            agent = batch.ref.agent or "(global)"
+            if not isinstance(batch.error, OryxError) or batch.error.http_status >= 500:
+                log_failure(log, f"saving to {agent} failed", batch.error)
+            for index, _ in batch.prepared:
+                batch.outcomes[index] = batch.error
 
     def _save_while_conflicted(
-        self,
-        ref: AgentRef,
-        store: MarkdownMemoryStore,
-        content: str,
-        scope: str,
-        source: str,
-        error: MemoryFileConflictedError,
-    ) -> SaveResult:
+        self, ref: AgentRef, entry: Entry, source: str, error: MemoryFileConflictedError
+    ) -> Outcome:
         """Keep a save that MEMORY.md cannot take (a git conflict) in SQLite until it can."""
-        from oryxmem.store.db import write_transaction
-        from oryxmem.sync.table import insert_waiting_row
-
-        entry = store.prepare(content, scope)
-        with write_transaction(self.db):
-            insert_waiting_row(self.db, ref.agent, entry, source)
+        self.mirror_saves()
+        try:
+            with write_transaction(self.db):
+                rows.insert_waiting_row(self.db, ref.agent, entry, source)
+        except Exception as failure:  # neither side took it: the caller must hear so
+            log_failure(log, f"keeping a save for {ref.describe()} failed", failure)
+            return failure
         lines = ", ".join(map(str, error.data.get("conflict_lines", [])))
         reason = (
             f"MEMORY.md has git conflict markers (lines {lines}); the entry is kept in the"
@@ -248,34 +340,116 @@ class MemoryService:
         log.warning("%s: %s", ref.describe(), reason)
         return SaveResult(ref, entry, deferred=reason)
 
+    def _queue_mirror(self, agent: str, append: Append, source: str) -> None:
+        pending = self._unmirrored.get(agent)
+        if pending is not None and (
+            pending.appends[-1].after != append.before or pending.source != source
+        ):
+            self.mirror_saves()  # not a continuation of what is pending: mirror that first
+            pending = None
+        if pending is None:
+            self._unmirrored[agent] = _Unmirrored([append], source, time.monotonic())
+        else:
+            pending.appends.append(append)
+
+    @property
+    def unmirrored_since(self) -> float | None:
+        """When the oldest save not yet in the rows was written (monotonic), if any."""
+        return min((p.since for p in self._unmirrored.values()), default=None)
+
+    def mirror_saves(self) -> list[str]:
+        """Every save written but not yet in the rows goes in, in one transaction, and the
+        indexes that follow saves catch up. Returns the agents whose rows still lag their
+        file (someone else wrote too): reconcile them soon. A failure here loses nothing
+        (the files have every save) and is logged; sync catches up."""
+        if not self._unmirrored:
+            return []
+        pending, self._unmirrored = self._unmirrored, {}
+        lagging = list(pending)
+        try:
+            with write_transaction(self.db):
+                for agent, saves in pending.items():
+                    path = str(self.workspace.memory_path(agent))
+                    if rows.mirror_appends(self.db, agent, path, saves.appends, saves.source):
+                        lagging.remove(agent)
+                    for repair in self.files.get(agent).take_repairs():
+                        log.warning("%s", repair)
+                        rows.record_history(self.db, agent, "repair", "file", None, repair)
+                # One batch: the rows of these saves, and a step of any rebuild under way.
+                self._catch_up(self._following_saves(), max_steps=1)
+        except Exception as error:  # the file has them; sync mirrors them. The acks stand.
+            log_failure(log, "mirroring saves failed; sync will catch up", error)
+        self.mirrors += 1
+        return lagging
+
+    # --- derived indexes ------------------------------------------------------
+
+    @property
+    def indexes(self) -> dict[str, DerivedIndex]:
+        if self._indexes is None:
+            self._indexes = load_indexes(self.config)
+        return self._indexes
+
+    def _following_saves(self) -> list[DerivedIndex]:
+        return [index for index in self.indexes.values() if index.follows_saves]
+
+    def _catch_up(self, indexes: Sequence[DerivedIndex], max_steps: int | None = None) -> int:
+        return sum(catch_up(self.db, index, max_steps) for index in indexes)
+
+    def catch_up_indexes(self, max_steps: int | None = None) -> int:
+        """Bring every index up to the rows (at most max_steps batches each). Returns the
+        rows taken in; 0 when all were current."""
+        behind = [index for index in self.indexes.values() if not is_caught_up(self.db, index)]
+        if not behind:
+            return 0
+        with write_transaction(self.db):
+            return self._catch_up(behind, max_steps)
+
+    # --- sync -----------------------------------------------------------------
+
+    def sync_engine(self) -> SyncEngine:
+        from oryxmem.sync.engine import SyncEngine  # on first use: most calls never sync
+
+        return SyncEngine(self.workspace, self.db, self.files, self.config)
+
+    def sync(
+        self,
+        agents: Sequence[str] | None = None,
+        *,
+        dry_run: bool = False,
+        progress: Callable[[AgentReport], None] | None = None,
+    ) -> list[AgentReport]:
+        """One pass of sync over every agent (or those named), then the indexes follow."""
+        self.mirror_saves()
+        reports = self.sync_engine().reconcile_all(agents, dry_run=dry_run, progress=progress)
+        if not dry_run:
+            self.catch_up_indexes()
+        return reports
+
+    # --- reading --------------------------------------------------------------
+
     def recall(self, agent: str | None, keyword: str) -> RecallResult:
         ref = self.resolve(agent)
-        store = self.store(ref)
-        if isinstance(store, MarkdownMemoryStore):
-            entries = self._recall_from_rows(ref.agent, keyword)
-            if entries is not None:
-                return RecallResult(ref, keyword, [entry.render() for entry in entries])
-        return RecallResult(ref, keyword, store.recall(keyword))
+        entries = self._recall_from_rows(ref.agent, keyword)
+        if entries is not None:
+            return RecallResult(ref, keyword, [entry.render() for entry in entries])
+        return RecallResult(ref, keyword, self.reader(ref).recall(keyword))
 
     def _recall_from_rows(self, agent: str, keyword: str) -> list[Entry] | None:
-        """Recall through the rows' trigram index when sync says they equal the file right
-        now (None: read the file instead). Where the database is open anyway (the daemon),
-        always; in a short-lived process (the CLI) only for a file large enough that
-        parsing it costs more, through a plain read-only connection (no sqlite-utils, no
-        migrations)."""
-        import sqlite3
-
-        from oryxmem.store.sqlite import recall_rows
-        from oryxmem.sync.table import file_stat, is_settled
-
+        """Recall through the keyword index when sync says the rows equal the file right
+        now (None: the backend answers instead). Where the database is open anyway (the
+        daemon), always; in a short-lived process (the CLI) only for a file large enough
+        that parsing it costs more, through a plain read-only connection (no
+        sqlite-utils, no migrations)."""
         folded = fold_keyword(keyword)
         stat = file_stat(self.workspace.memory_path(agent))
         if stat is None:
             return None
-        db = self._db
-        if db is not None:
-            return recall_rows(db, agent, folded) if is_settled(db, agent, stat) else None
-        if (stat[1] or 0) < ROWS_ANSWER_FROM_BYTES or not self.workspace.db_path.exists():
+        index = self.indexes["keyword"]
+        assert isinstance(index, KeywordIndex)
+        if self._db is not None:
+            return self._rows_if_settled(self._db, agent, stat, folded, index)
+        if stat.size < ROWS_ANSWER_FROM_BYTES or not self.workspace.db_path.exists():
             return None
         uri = f"{self.workspace.db_path.as_uri()}?mode=ro"
         try:
@@ -283,27 +457,28 @@ class MemoryService:
         except sqlite3.Error:
             return None
         try:
-            return recall_rows(conn, agent, folded) if is_settled(conn, agent, stat) else None
+            return self._rows_if_settled(conn, agent, stat, folded, index)
         except sqlite3.Error as error:  # an older schema, a locked file: the file answers
             log.info("recall from the rows of %s skipped: %s", agent or "(global)", error)
             return None
         finally:
             conn.close()
 
+    @staticmethod
+    def _rows_if_settled(
+        db: Executes, agent: str, stat: FileStat, folded: str, index: KeywordIndex
+    ) -> list[Entry] | None:
+        return index.recall(db, agent, folded) if rows.is_settled(db, agent, stat) else None
+
     def get(self, agent: str | None) -> MemoryView:
         ref = self.resolve(agent)
-        store = self.store(ref)
-        core, archival = store.entries()
-        if isinstance(store, MarkdownMemoryStore):
-            markdown = store.document().text or new_file_text()
-        else:
-            additions = [NewEntry(e.scope, e.ts, e.content) for e in core + archival]
-            markdown = apply_edits(parse(new_file_text()), additions)
+        core, archival = self.reader(ref).entries()
+        markdown = self.files.get(ref.agent).document().text or new_file_text()
         return MemoryView(ref, core, archival, markdown)
 
     def build_context(self, agent: str | None) -> str:
         """The memory block of the prompt: core whole, archival cut, both headings always."""
-        snapshot = self.store(self.resolve(agent)).load()
+        snapshot = self.reader(self.resolve(agent)).load()
         lines = [CANONICAL_HEADINGS[CORE], *(entry.render() for entry in snapshot.core)]
         lines.append(CANONICAL_HEADINGS[ARCHIVAL])
         if snapshot.archival.omitted:
@@ -314,16 +489,12 @@ class MemoryService:
         lines.extend(snapshot.archival.lines)
         return "\n".join(lines) + "\n"
 
-    def record_trigger(self, agent: str | None, user_message: str, reply: str) -> SaveResult:
-        line = footprint_line(user_message, reply, self.config.footprint_max_chars)
-        return self.save(agent, line, ARCHIVAL)
-
     def agents(self) -> list[AgentSummary]:
         """The global file and every agent directory, with entry counts."""
         summaries = []
         for name in ["", *self.workspace.agent_names()]:
             try:
-                core, archival = self.store(AgentRef(name, name)).entries()
+                core, archival = self.reader(AgentRef(name, name)).entries()
             except OryxError as error:
                 summaries.append(AgentSummary(name, None, None, error.message))
                 continue
@@ -334,8 +505,6 @@ class MemoryService:
 
     @property
     def sessions(self) -> SessionStore:
-        from oryxmem.store.sessions import SessionStore
-
         return SessionStore(self.db)
 
     def create_session(self, agent: str | None) -> SessionInfo:
@@ -358,8 +527,6 @@ class MemoryService:
         started: float,
     ) -> None:
         """Record one tool call that came through the socket in ``tool_invocations``."""
-        from oryxmem.store.sessions import record_tool_invocation
-
         ms = (time.perf_counter() - started) * 1000
         record_tool_invocation(
             self.db,

@@ -16,12 +16,14 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-from oryxmem.errors import WorkspaceNotFoundError
+from oryxmem.config import Config
+from oryxmem.errors import InvalidConfigError, WorkspaceNotFoundError
 
 OS_DIR = ".oryxos"
 MEMORY_FILE = "MEMORY.md"
 GLOBAL_AGENT = ""
 MAX_AGENT_NAME_CHARS = 64
+SUN_PATH_MAX = 107  # sockaddr_un.sun_path holds 108 bytes, one of them the final NUL
 GITIGNORE_TEXT = "# Written by oryxmem init: derived and runtime files.\noryxos.db*\nrun/\n*.tmp\n"
 GITATTRIBUTES_TEXT = (
     "# Written by oryxmem init --git: concurrent appends to memory merge cleanly.\n"
@@ -116,6 +118,31 @@ def open_workspace(explicit: str | os.PathLike[str] | None = None) -> Workspace:
     if not (root / OS_DIR).is_dir():
         raise WorkspaceNotFoundError(f"{root} has no {OS_DIR}/ folder; run 'oryxmem init' there")
     return Workspace(root)
+
+
+# --- the daemon's socket ------------------------------------------------------
+
+
+def socket_path(workspace: Workspace, config: Config) -> Path:
+    """ORYXMEM_SOCKET, else daemon.socket, else $XDG_RUNTIME_DIR/oryxmem/<id>.sock."""
+    explicit = os.environ.get("ORYXMEM_SOCKET") or config.socket
+    if explicit:
+        path = Path(explicit).expanduser()
+    else:
+        runtime = os.environ.get("XDG_RUNTIME_DIR")
+        folder = Path(runtime) / "oryxmem" if runtime else Path(f"/tmp/oryxmem-{os.getuid()}")
+        path = folder / f"{workspace.workspace_id}.sock"
+    check_length(path)
+    return path
+
+
+def check_length(path: Path) -> None:
+    size = len(os.fsencode(path))
+    if size > SUN_PATH_MAX:
+        raise InvalidConfigError(
+            f"the socket path {path} is {size} bytes; Unix sockets allow {SUN_PATH_MAX}."
+            " Set ORYXMEM_SOCKET or daemon.socket to a shorter path"
+        )
 
 
 # --- agent names ------------------------------------------------------------

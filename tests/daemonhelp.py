@@ -1,10 +1,14 @@
-"""Run the real daemon as a subprocess on a short socket path, and talk to it."""
+"""Run the real daemon as a subprocess on a short socket path, and talk to it.
+
+It is ready when it says so the way it tells systemd: READY=1 on $NOTIFY_SOCKET.
+"""
 
 from __future__ import annotations
 
 import json
 import os
 import signal
+import socket as sockets
 import subprocess
 import sys
 import time
@@ -17,10 +21,19 @@ from oryxmem.workspace import Workspace
 
 
 class RunningDaemon:
-    def __init__(self, proc: subprocess.Popen[bytes], socket: Path, log: Path) -> None:
+    def __init__(
+        self,
+        proc: subprocess.Popen[bytes],
+        socket: Path,
+        log: Path,
+        workspace: Workspace,
+        notifications: sockets.socket,
+    ) -> None:
         self.proc = proc
         self.socket = socket
         self.log = log
+        self.workspace = workspace
+        self.notifications = notifications  # what it tells systemd (STOPPING=1 at the end)
 
     def curl(self, *args: str, timeout: float = 30) -> tuple[int, dict[str, Any]]:
         """(HTTP status, envelope) from curl --unix-socket, a real outside client."""
@@ -36,7 +49,9 @@ class RunningDaemon:
     def stop(self) -> int:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(timeout=30)
+        code = self.proc.wait(timeout=30)
+        self.notifications.close()
+        return code
 
     def text(self) -> str:
         return self.log.read_text(errors="replace")
@@ -46,21 +61,45 @@ def start_daemon(
     workspace: Workspace, log: Path, env: dict[str, str] | None = None, **popen: Any
 ) -> RunningDaemon:
     socket = Path((env or {}).get("ORYXMEM_SOCKET") or os.environ["ORYXMEM_SOCKET"])
+    # An abstract socket (a leading NUL): nothing on disk to clean up.
+    notify_name = f"oryxmem-test-{os.getpid()}-{time.monotonic_ns()}"
+    notifications = sockets.socket(sockets.AF_UNIX, sockets.SOCK_DGRAM)
+    notifications.bind("\0" + notify_name)
     with open(log, "ab") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "oryxmem", "daemon"],
             stdout=out,
             stderr=subprocess.STDOUT,
-            env={**os.environ, "ORYXMEM_ROOT": str(workspace.root), **(env or {})},
+            env={
+                **os.environ,
+                "ORYXMEM_ROOT": str(workspace.root),
+                "NOTIFY_SOCKET": "@" + notify_name,
+                **(env or {}),
+            },
             **popen,
         )
-    deadline = time.monotonic() + 60
-    while b"serving" not in log.read_bytes():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            raise AssertionError(f"the daemon did not start:\n{log.read_text()}")
-        time.sleep(0.02)
-    return RunningDaemon(proc, socket, log)
+    try:
+        wait_for_ready(proc, notifications, log)
+    except BaseException:
+        notifications.close()
+        raise
+    return RunningDaemon(proc, socket, log, workspace, notifications)
+
+
+def wait_for_ready(
+    proc: subprocess.Popen[bytes], notifications: sockets.socket, log: Path, timeout: float = 60
+) -> None:
+    """Until the daemon sends READY=1 (it serves then); fails if it exits or never does."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        notifications.settimeout(0.2)  # to notice a daemon that exits instead
+        try:
+            if b"READY=1" in notifications.recv(4096):
+                return
+        except TimeoutError:
+            continue
+    proc.kill()
+    raise AssertionError(f"the daemon did not start:\n{log.read_text(errors='replace')}")
 
 
 @contextmanager

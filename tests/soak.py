@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from daemonhelp import RunningDaemon, start_daemon
-from synchelp import disagreements, git, sql
+from synchelp import Background, disagreements, git, sql, storm_of_events, watched_scratch_folder
 
 from oryxmem.client import Client
 from oryxmem.errors import OryxError
@@ -213,15 +213,14 @@ class Soak:
         acked: dict[str, str] = {}
         maybe: dict[str, str] = {}
         threads = [
-            threading.Thread(target=self._saver, args=(AGENTS[n % 3], count, acked, maybe))
-            for n in range(clients)
+            Background(self._saver, AGENTS[n % 3], count, acked, maybe) for n in range(clients)
         ]
         for thread in threads:
             thread.start()
         if until is not None:
             until()
         for thread in threads:
-            thread.join(timeout=120)
+            thread.join()  # a saver's unexpected error is the soak's failure
         return acked, maybe
 
     def burst(self) -> None:
@@ -387,20 +386,15 @@ class Soak:
         edit among them is lost as an event and must still arrive."""
         assert self.daemon is not None
         self.quiet()
-        limit = int(Path("/proc/sys/fs/inotify/max_queued_events").read_text())
-        scratch = self.workspace.agents_dir / "coder" / "scratch"  # watched, no agent's memory
-        if not scratch.exists():
-            scratch.mkdir(parents=True)
-            time.sleep(0.5)  # the watcher adds its watch on the new folder
+        scratch = watched_scratch_folder(
+            self.workspace, lambda: int(self.clients[0].health()["reconciles"])
+        )
         agent = self.rng.choice(AGENTS)
         path = self.path(agent)
         path.parent.mkdir(parents=True, exist_ok=True)
         self.daemon.proc.send_signal(signal.SIGSTOP)
         try:
-            for n in range(limit // 2 + 1000):  # a create and a delete each: the queue fills
-                name = scratch / f"f{n}"
-                name.touch()
-                name.unlink()
+            storm_of_events(scratch)
             content = self.fresh("typed")  # and the event of this edit is dropped
             text = self.file_text(agent)
             with open(path, "w", encoding="utf-8") as handle:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -97,3 +98,64 @@ def git(cwd: Path, *args: str) -> str:
     )
     assert done.returncode == 0, f"git {' '.join(args)}: {done.stderr}"
     return done.stdout
+
+
+class Background(threading.Thread):
+    """A thread whose failure fails the test that started it: join() re-raises it."""
+
+    def __init__(self, target: Callable[..., object], *args: object) -> None:
+        super().__init__(daemon=True)
+        self._work = (target, args)
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        target, args = self._work
+        try:
+            target(*args)
+        except BaseException as error:  # handed to the test thread by join()
+            self.error = error
+
+    def join(self, timeout: float | None = 120) -> None:
+        super().join(timeout)
+        if self.is_alive():
+            raise AssertionError(f"{self._work[0].__name__} still runs after {timeout} s")
+        if self.error is not None:
+            raise self.error
+
+
+def all_done(threads: list[Background]) -> None:
+    """Start these threads, join them all, and re-raise the first failure."""
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
+def inotify_queue_limit() -> int:
+    return int(Path("/proc/sys/fs/inotify/max_queued_events").read_text())
+
+
+def storm_of_events(folder: Path) -> None:
+    """More file events in folder than the kernel's inotify queue holds (a create, a
+    close and a delete per file, written as fast as Python can)."""
+    where = str(folder)
+    for n in range(inotify_queue_limit() // 2 + 1000):
+        name = f"{where}/f{n}"
+        os.close(os.open(name, os.O_CREAT | os.O_WRONLY, 0o600))
+        os.unlink(name)
+
+
+def watched_scratch_folder(workspace: Workspace, reconciles: Callable[[], int]) -> Path:
+    """A folder the daemon watches that holds no agent's memory: agents/storm/scratch.
+
+    Made in two steps, each waited for: creating a folder is news of the agent it
+    sits in (a reconcile of 'storm'), and the watcher watches a new folder before it
+    passes on the news, so once the second reconcile is counted, events inside are
+    heard (and ignored: they are too deep to be memory)."""
+    scratch = workspace.agents_dir / "storm" / "scratch"
+    for folder in (scratch.parent, scratch):
+        if not folder.exists():
+            seen = reconciles()
+            folder.mkdir()
+            wait_until(lambda seen=seen: reconciles() > seen)
+    return scratch

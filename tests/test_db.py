@@ -9,10 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from oryxmem.backends.sqlite import SqliteMemoryStore
+from oryxmem.index import catch_up
+from oryxmem.index.keyword import KeywordIndex
 from oryxmem.store.base import StoreLimits
 from oryxmem.store.db import connect
 from oryxmem.store.schema import migrations
-from oryxmem.store.sqlite import SqliteMemoryStore
 
 pytestmark = pytest.mark.skipif(shutil.which("sqlite3") is None, reason="needs the sqlite3 shell")
 
@@ -33,6 +35,8 @@ def store_for(db_path: Path, agent: str = "coder") -> SqliteMemoryStore:
 
 def test_every_documented_table_exists(tmp_path: Path) -> None:
     db = connect(tmp_path / "oryxos.db")
+    with db.conn:
+        catch_up(db, KeywordIndex())  # the FTS index is the keyword index's, made on first use
     tables = set(db.table_names())
     for name in [
         "memory_entries",
@@ -40,18 +44,15 @@ def test_every_documented_table_exists(tmp_path: Path) -> None:
         "memory_changes",
         "memory_history",
         "sync_state",
+        "index_state",
         "sessions",
         "tool_invocations",
     ]:
         assert name in tables
     assert {"agent", "scope", "ts", "content"} <= set(db["memory_entries"].columns_dict)
-    assert set(db["sync_state"].columns_dict) >= {
-        "size",
-        "mtime_ns",
-        "inode",
-        "sha256",
-        "entry_ids",
-    }
+    columns = set(db["sync_state"].columns_dict)
+    assert columns >= {"size", "mtime_ns", "inode", "ctime_ns", "sha256", "notes"}
+    assert "entry_ids" not in columns  # dead since sync_agreed; dropped by a migration
     assert set(db["tool_invocations"].columns_dict) >= {
         "tool",
         "agent",
@@ -76,6 +77,7 @@ def test_migrations_apply_once_and_reopening_changes_nothing(tmp_path: Path) -> 
         "create_sessions",
         "add_quarantine_and_change_cursor",
         "agreed_ids_in_their_own_table",
+        "derived_indexes_fed_from_the_change_log",
     ]
     assert shell(path, ".schema") == schema
 
@@ -88,12 +90,10 @@ def test_plain_sql_insert_by_another_program_gets_defaults_and_is_logged(tmp_pat
         path,
         "INSERT INTO memory_entries(agent, scope, content) VALUES ('coder', 'archival', 'x from shell')",
     )
-    row = shell(
-        path, "SELECT ts, seq, source, indexed FROM memory_entries WHERE content = 'x from shell'"
-    )
-    ts, seq, source, indexed = row.strip().split("|")
+    row = shell(path, "SELECT ts, seq, source FROM memory_entries WHERE content = 'x from shell'")
+    ts, seq, source = row.strip().split("|")
     assert re.fullmatch(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}", ts)
-    assert (seq, source, indexed) == ("2", "db", "0")
+    assert (seq, source) == ("2", "db")
     changes = shell(path, "SELECT op, agent FROM memory_changes ORDER BY seq").split()
     assert changes == ["insert|coder", "insert|coder"]
     # Recall finds the row at once, before anything indexed it.
@@ -101,19 +101,22 @@ def test_plain_sql_insert_by_another_program_gets_defaults_and_is_logged(tmp_pat
     assert store.entries()[1][-1].content == "x from shell"
 
 
-def test_update_and_delete_by_another_program_are_logged_and_unindexed(tmp_path: Path) -> None:
+def test_update_and_delete_by_another_program_are_logged_and_reindexed(tmp_path: Path) -> None:
     path = tmp_path / "oryxos.db"
     store = store_for(path)
     store.append("original words")
+    assert shell(path, "SELECT folded FROM memory_fts").strip() == "original words"
     shell(
         path, "UPDATE memory_entries SET content = 'edited words' WHERE content = 'original words'"
     )
+    # The index still holds the old text until it catches up; a recall never sees it.
+    assert shell(path, "SELECT folded FROM memory_fts").strip() == "original words"
     assert store.recall("original") == []
     assert store.recall("edited") == ["- [2026-11-30 10:00:00] edited words"]
-    assert shell(path, "SELECT indexed FROM memory_entries").strip() == "0"
-    assert shell(path, "SELECT count(*) FROM memory_fts").strip() == "0"
+    assert shell(path, "SELECT folded FROM memory_fts").strip() == "edited words"
     shell(path, "DELETE FROM memory_entries")
     assert store.recall("edited") == []
+    assert shell(path, "SELECT count(*) FROM memory_fts").strip() == "0"
     ops = shell(path, "SELECT op FROM memory_changes ORDER BY seq").split()
     assert ops == ["insert", "update", "delete"]
     assert shell(path, "PRAGMA integrity_check").strip() == "ok"
@@ -123,7 +126,7 @@ def test_update_and_delete_by_another_program_are_logged_and_unindexed(tmp_path:
 def test_bookkeeping_updates_do_not_log_changes(tmp_path: Path) -> None:
     path = tmp_path / "oryxos.db"
     store_for(path).append("x")
-    shell(path, "UPDATE memory_entries SET indexed = 1, entry_id = 'abc', seq = 5")
+    shell(path, "UPDATE memory_entries SET entry_id = 'abc', seq = 5, source = 'x'")
     assert shell(path, "SELECT count(*) FROM memory_changes").strip() == "1"
 
 
@@ -164,7 +167,7 @@ def test_rows_inserted_many_to_a_statement_arrive_whole_and_in_order(tmp_path: P
     the triggers still log each row, and the recall index finds each one."""
     from oryxmem.store.db import ROWS_PER_INSERT, write_transaction
     from oryxmem.store.format import Entry, entry_key
-    from oryxmem.store.sqlite import insert_indexed_rows
+    from oryxmem.store.rows import insert_rows
 
     db = connect(tmp_path / "oryxos.db")
     count = 2 * ROWS_PER_INSERT + 7
@@ -180,7 +183,8 @@ def test_rows_inserted_many_to_a_statement_arrive_whole_and_in_order(tmp_path: P
             )
         )
     with write_transaction(db):
-        insert_indexed_rows(db, "coder", [(e, n + 1) for n, e in enumerate(entries)], "socket")
+        insert_rows(db, "coder", entries, "socket")
+        catch_up(db, KeywordIndex())
     db.close()
     rows = shell(tmp_path / "oryxos.db", "SELECT seq, content FROM memory_entries ORDER BY id")
     assert rows.splitlines() == [f"{n + 1}|entry number {n} ü" for n in range(count)]

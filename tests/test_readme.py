@@ -57,18 +57,29 @@ def test_readme_console_examples_run_as_shown(isolated_paths: Path, tmp_path: Pa
             assert actual == expected, f"$ {command}\n{done.stderr}"
             assert "Traceback" not in done.stderr
 
+    def run_python(code: str) -> None:
+        done = subprocess.run(
+            [sys.executable, "-c", code],
+            env=env,
+            capture_output=True,
+            text=True,
+            cwd=isolated_paths,
+        )
+        assert done.returncode == 0, f"{code}\n{done.stderr}"
+
+    through_the_daemon = [code for code in python_blocks(text) if "Client" in code]
     for examples in blocks:
         if not any("--unix-socket" in command for command, _ in examples):
             run(examples)
             continue
         with daemon(Workspace(isolated_paths.resolve()), tmp_path / "daemon.log"):
             run(examples)
-            for code in python_blocks(text):
-                if "Client.for_workspace" in code:
-                    done = subprocess.run(
-                        [sys.executable, "-c", code], env=env, capture_output=True, text=True
-                    )
-                    assert done.returncode == 0, done.stderr
+            for code in through_the_daemon:
+                run_python(code)
+    others = [code for code in python_blocks(text) if code not in through_the_daemon]
+    assert len(others) + len(through_the_daemon) == len(python_blocks(text)) >= 2
+    for code in others:
+        run_python(code)
 
 
 def test_readme_describes_the_stderr_of_its_examples(isolated_paths: Path) -> None:

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from oryxmem.store.format import ARCHIVAL, CORE, NewEntry, apply_edits, parse
-from oryxmem.sync.reconcile import additions_as_new_entries, number_rows, reconcile
+from oryxmem.sync.reconcile import number_rows, reconcile
 
 TS = "2026-07-22 09:30:00"
 
@@ -33,9 +33,7 @@ class Sides:
     def sync(self, protected=()):
         plan = reconcile(self.file_entries(), self.row_states(), self.agreed, protected)
         doc = parse(self.text)
-        self.text = apply_edits(
-            doc, additions_as_new_entries(plan.file_additions), plan.file_removals
-        )
+        self.text = apply_edits(doc, plan.file_additions, plan.file_removals)
         deleted = set(plan.row_deletes)
         self.rows = [r for r in self.rows if r[0] not in deleted]
         stamps = dict(plan.row_restamps)

@@ -117,6 +117,8 @@ def test_tool_invocations_are_recorded(service: MemoryService) -> None:
 
 
 def test_sqlite_backend_serves_the_same_calls(workspace: Workspace) -> None:
+    """The sqlite backend answers from the rows; a save still lands in MEMORY.md first
+    (DESIGN section 7: acknowledged once durable there), then in the rows."""
     set_value(workspace.config_path, "memory.backend", "sqlite")
     service = MemoryService(workspace, Config.load(workspace.config_path))
     service.save("coder", "fact", "core")
@@ -124,8 +126,17 @@ def test_sqlite_backend_serves_the_same_calls(workspace: Workspace) -> None:
     assert service.build_context("coder").splitlines()[1].endswith("fact")
     assert service.recall("coder", "THING").lines[0].endswith("did a thing")
     assert "## 核心记忆\n- [" in service.get("coder").markdown
-    assert not workspace.memory_path("coder").exists()
-    assert [(a.name, a.core, a.archival) for a in service.agents()] == [("", 0, 0)]
+    # What answers is the rows: a row another program writes is read at once.
+    service.db.execute(
+        "INSERT INTO memory_entries(agent, content) VALUES ('coder', 'thing from sql')"
+    )
+    reader = service.reader(service.resolve("coder"))
+    assert [line.split("] ", 1)[1] for line in reader.recall("thing")] == [
+        "did a thing",
+        "thing from sql",
+    ]
+    assert "thing from sql" not in workspace.memory_path("coder").read_text()
+    assert [(a.name, a.core, a.archival) for a in service.agents()] == [("", 0, 0), ("coder", 1, 2)]
 
 
 def test_mem0_backend_is_a_clear_error(workspace: Workspace) -> None:
@@ -148,15 +159,15 @@ def test_agents_lists_counts_and_problems(service: MemoryService, workspace: Wor
 def test_closing_a_service_left_shared_stores_open_for_other_threads(workspace: Workspace) -> None:
     """Regression: the daemon's memory thread closed the stores it shared with the sync
     watcher on shutdown, while the watcher still held one of their locks (EBADF)."""
-    shared: dict = {}
     config = Config.load(workspace.config_path)
-    owner = MemoryService(workspace, config, markdown_stores=shared)
+    owner = MemoryService(workspace, config)
+    shared = owner.files
     owner.save("coder", "x")
-    store = shared["coder"]
+    store = shared.get("coder")
     with store.lock.hold():
-        MemoryService(workspace, config, markdown_stores=shared).close()
+        MemoryService(workspace, config, files=shared).close()
         assert store.lock._fd is not None  # still open: the unlock below must work
-    assert shared, "shared stores are closed by their owner, not by a borrower"
+    assert "coder" in shared, "shared stores are closed by their owner, not by a borrower"
 
 
 def test_timestamps_follow_memory_timezone(
@@ -184,7 +195,6 @@ def test_a_large_file_in_sync_is_recalled_from_its_rows_and_a_changed_one_from_i
 ) -> None:
     from oryxmem.service import ROWS_ANSWER_FROM_BYTES
     from oryxmem.store.format import render_entry_line
-    from oryxmem.sync.engine import SyncEngine
 
     path = workspace.memory_path("big")
     path.parent.mkdir(parents=True)
@@ -192,7 +202,7 @@ def test_a_large_file_in_sync_is_recalled_from_its_rows_and_a_changed_one_from_i
     path.write_text("## 归档记忆\n" + "\n".join(lines) + "\n", encoding="utf-8")
     assert path.stat().st_size > ROWS_ANSWER_FROM_BYTES
     syncing = MemoryService(workspace, Config.load(workspace.config_path))
-    SyncEngine(syncing).reconcile_all()
+    syncing.sync()
     syncing.close()
 
     cli = MemoryService(workspace, Config.load(workspace.config_path))  # no database open
@@ -209,7 +219,10 @@ def test_a_large_file_in_sync_is_recalled_from_its_rows_and_a_changed_one_from_i
     cli.close()
 
 
-def test_a_small_file_is_recalled_from_itself(service: MemoryService) -> None:
+def test_a_small_file_is_recalled_from_itself(service: MemoryService, workspace: Workspace) -> None:
     service.save("coder", "small and quick")
-    assert service._recall_from_rows("coder", "quick") is None
-    assert service.recall("coder", "quick").lines[0].endswith("small and quick")
+    cli = MemoryService(workspace, Config.load(workspace.config_path))  # a new CLI process
+    assert cli._recall_from_rows("coder", "quick") is None
+    assert cli.recall("coder", "quick").lines[0].endswith("small and quick")
+    assert cli._db is None
+    cli.close()

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from oryxmem.backends.sqlite import SqliteMemoryStore
 from oryxmem.errors import (
     ContentTooLongError,
     EmptyContentError,
@@ -22,7 +23,6 @@ from oryxmem.store.base import LongTermMemoryStore, StoreLimits
 from oryxmem.store.db import connect
 from oryxmem.store.format import ARCHIVAL, CORE, escape_content
 from oryxmem.store.markdown import MarkdownMemoryStore
-from oryxmem.store.sqlite import SqliteMemoryStore
 
 LIMITS = StoreLimits(archival_limit_chars=4000, max_content_chars=32768)
 

@@ -11,9 +11,10 @@ from synchelp import disagreements, file_items, git, row_items, sql
 
 from oryxmem.config import Config
 from oryxmem.service import MemoryService
-from oryxmem.store.db import connect
-from oryxmem.sync import table
-from oryxmem.sync.engine import Append, SyncEngine
+from oryxmem.store import rows as table
+from oryxmem.store.db import connect, write_transaction
+from oryxmem.store.markdown import Append
+from oryxmem.sync.engine import SyncEngine
 from oryxmem.workspace import Workspace
 
 TS = "2026-07-22 09:30:00"
@@ -22,7 +23,7 @@ TS = "2026-07-22 09:30:00"
 @pytest.fixture
 def engine(workspace: Workspace) -> Iterator[SyncEngine]:
     service = MemoryService(workspace, Config.load(workspace.config_path))
-    yield SyncEngine(service)
+    yield service.sync_engine()
     service.close()
 
 
@@ -236,10 +237,10 @@ def test_deleted_database_is_rebuilt_from_the_files(
     write(workspace, "a", f"## 核心记忆\n- [{TS}] x\n## 归档记忆\n- [{TS}] y\n- [{TS}] y\n")
     write(workspace, "", f"## 归档记忆\n- [{TS}] global\n")
     engine.reconcile_all()
-    engine.service.close()
+    engine.db.close()
     for path in workspace.os_dir.glob("oryxos.db*"):
         path.unlink()
-    fresh = SyncEngine(MemoryService(workspace, Config.load(workspace.config_path)))
+    fresh = MemoryService(workspace, Config.load(workspace.config_path)).sync_engine()
     fresh.reconcile_all()
     assert row_items(workspace, "a") == file_items(workspace, "a")
     assert row_items(workspace, "a")[("archival", TS, "y")] == 2
@@ -278,11 +279,16 @@ def test_check_reports_drift_and_changes_nothing(workspace: Workspace) -> None:
     assert "add        db     - [" in history.stdout and "pending" in history.stdout
 
 
-def test_indexes_and_recall_see_synced_rows(engine: SyncEngine, workspace: Workspace) -> None:
+def test_indexes_and_recall_see_synced_rows(workspace: Workspace) -> None:
+    from oryxmem.index import pending
+    from oryxmem.index.keyword import KeywordIndex
+
     write(workspace, "coder", f"## 归档记忆\n- [{TS}] Needle in a file\n")
-    engine.reconcile_all()
+    service = MemoryService(workspace, Config.load(workspace.config_path))
+    service.sync()  # what oryxmem sync runs: the reconcile, then the indexes follow
+    service.close()
     db = connect(workspace.db_path)
-    assert db.execute("SELECT count(*) FROM memory_entries WHERE indexed = 0").fetchone()[0] == 0
+    assert pending(db, KeywordIndex()) == 0
     hits = db.execute("SELECT rowid FROM memory_fts WHERE memory_fts MATCH '\"needle\"'").fetchall()
     assert len(hits) == 1
 
@@ -308,13 +314,16 @@ def test_sync_shows_a_progress_bar_on_a_terminal_when_long(workspace: Workspace)
 
 
 def append_saves(engine: SyncEngine, agent: str, *contents: str) -> Append:
-    """What the daemon's writer does: one durable append, with the stat around it."""
-    store = engine.service.markdown_store(agent)
-    with store.lock.hold():
-        additions = [store.prepare(c, "archival") for c in contents]
-        entries, before = store.append_locked(additions)
-    assert store.written_key is not None
-    return Append(before, entries, store.written_key)
+    """What the service's write path does: one durable append, with the stat around it."""
+    store = engine.files.get(agent)
+    return store.append_many([store.prepare(c, "archival") for c in contents])
+
+
+def record_saves(engine: SyncEngine, agent: str, appends: list[Append], source: str) -> bool:
+    """What the service's mirror does with appends: the rows, in one transaction."""
+    path = str(engine.workspace.memory_path(agent))
+    with write_transaction(engine.db):
+        return table.mirror_appends(engine.db, agent, path, appends, source)
 
 
 def test_saves_mirror_at_once_when_in_sync(engine: SyncEngine, workspace: Workspace) -> None:
@@ -322,7 +331,7 @@ def test_saves_mirror_at_once_when_in_sync(engine: SyncEngine, workspace: Worksp
     engine.reconcile_all()
     first = append_saves(engine, "coder", "one", "two")
     second = append_saves(engine, "coder", "three")
-    assert engine.record_saves("coder", [first, second], "socket")
+    assert record_saves(engine, "coder", [first, second], "socket")
     assert disagreements(workspace) == []
     assert engine.reconcile_agent("coder").status == "unchanged"
     rows = sql(workspace, "SELECT content || '=' || source FROM memory_entries").split()
@@ -337,13 +346,13 @@ def test_saves_a_reconcile_took_in_between_are_not_mirrored_twice(
     first = append_saves(engine, "coder", "one")
     engine.reconcile_agent("coder")  # the sync thread saw the file between two appends
     second = append_saves(engine, "coder", "two")
-    assert engine.record_saves("coder", [first, second], "socket")
+    assert record_saves(engine, "coder", [first, second], "socket")
     assert disagreements(workspace) == []
     assert sorted(e[2] for e in row_items(workspace, "coder").elements()) == ["old", "one", "two"]
     # A reconcile that saw them all: nothing left to do, and nothing to reconcile later.
     third = append_saves(engine, "coder", "three")
     engine.reconcile_agent("coder")
-    assert engine.record_saves("coder", [third], "socket")
+    assert record_saves(engine, "coder", [third], "socket")
     assert sum(row_items(workspace, "coder").values()) == 4
     assert engine.reconcile_agent("coder").status == "unchanged"
 
@@ -356,7 +365,7 @@ def test_saves_after_a_foreign_write_are_left_to_the_reconcile(
     with open(workspace.memory_path("coder"), "a", encoding="utf-8") as handle:
         handle.write(f"- [{TS}] typed by a human\n")
     saved = append_saves(engine, "coder", "saved")
-    assert not engine.record_saves("coder", [saved], "socket")
+    assert not record_saves(engine, "coder", [saved], "socket")
     engine.reconcile_agent("coder")
     assert disagreements(workspace) == []
     assert sum(row_items(workspace, "coder").values()) == 3
@@ -373,7 +382,7 @@ def test_saves_mirrored_out_of_sync_survive_a_stale_buffer_before_the_reconcile(
     sql(workspace, "INSERT INTO memory_entries(agent, content) VALUES ('coder', 'from sql')")
     stale_buffer = workspace.memory_path("coder").read_text()
     saved = append_saves(engine, "coder", "one", "two")
-    assert not engine.record_saves("coder", [saved], "socket")  # the rows changed meanwhile
+    assert not record_saves(engine, "coder", [saved], "socket")  # the rows changed meanwhile
     tmp = workspace.memory_path("coder").with_name(".MEMORY.md.swp")
     tmp.write_text(stale_buffer + f"- [{TS}] typed by the human\n")
     os.replace(tmp, workspace.memory_path("coder"))

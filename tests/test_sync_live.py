@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import random
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -14,7 +15,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from synchelp import disagreements, file_items, git, row_items, sql, wait_until
+from daemonhelp import wait_for_ready
+from synchelp import Background, disagreements, file_items, git, row_items, sql, wait_until
 
 from oryxmem.config import Config
 from oryxmem.service import MemoryService
@@ -31,16 +33,22 @@ def watcher(workspace: Workspace, tmp_path: Path) -> Iterator[Start]:
 
     def start() -> subprocess.Popen[bytes]:
         log = tmp_path / f"watch-{len(procs)}.log"
-        with open(log, "wb") as out:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "oryxmem", "sync", "--watch"],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env={**os.environ, "ORYXMEM_ROOT": str(workspace.root)},
-            )
-        procs.append(proc)
-        wait_until(lambda: b"watching" in log.read_bytes() or proc.poll() is not None)
-        assert proc.poll() is None, log.read_text()
+        name = f"oryxmem-watch-{os.getpid()}-{len(procs)}"
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as notifications:
+            notifications.bind("\0" + name)  # where it says READY=1
+            with open(log, "wb") as out:
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", "oryxmem", "sync", "--watch"],
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    env={
+                        **os.environ,
+                        "ORYXMEM_ROOT": str(workspace.root),
+                        "NOTIFY_SOCKET": "@" + name,
+                    },
+                )
+            procs.append(proc)
+            wait_for_ready(proc, notifications, log)
         return proc
 
     yield start
@@ -171,7 +179,7 @@ def test_git_checkout_merge_stash_and_pull_rebase(
 
 
 def test_conflicted_merge_is_not_ingested_and_saves_wait(
-    workspace: Workspace, watcher: Start
+    workspace: Workspace, watcher: Start, tmp_path: Path
 ) -> None:
     repo = workspace.root
     git(repo, "init", "-q", "-b", "main")
@@ -190,7 +198,8 @@ def test_conflicted_merge_is_not_ingested_and_saves_wait(
     subprocess.run(["git", "merge", "topic"], cwd=repo, capture_output=True)
     assert "<<<<<<<" in path.read_text()
     sql(workspace, "INSERT INTO memory_entries(agent, content) VALUES ('coder', 'saved mid-merge')")
-    time.sleep(1.0)
+    log = tmp_path / "watch-0.log"
+    wait_until(lambda: b"coder: deferred: git is busy (MERGE_HEAD)" in log.read_bytes())
     assert "<<<<<<<" in path.read_text(), "a conflicted file is never written"
     assert "saved mid-merge" in [i[2] for i in row_items(workspace, "coder").elements()]
     path.write_text(f"## 归档记忆\n- [{TS}] base\n- [{TS}] main\n- [{TS}] topic\n")
@@ -227,7 +236,7 @@ def test_sigkill_at_random_points_loses_and_duplicates_nothing(
         service.close()
 
     proc = watcher()
-    thread = threading.Thread(target=writer)
+    thread = Background(writer)
     thread.start()
     try:
         for _ in range(5):
@@ -237,7 +246,7 @@ def test_sigkill_at_random_points_loses_and_duplicates_nothing(
             proc = watcher()
     finally:
         stop.set()
-        thread.join(timeout=60)
+        thread.join()  # and any error the writer met is this test's
     settled(workspace)
     assert len(acknowledged) > 50
     for agent in ("a0", "a1", "a2"):

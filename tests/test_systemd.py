@@ -13,8 +13,7 @@ import pytest
 from conftest import run_cli
 
 from oryxmem.config import Config
-from oryxmem.daemon.sockets import socket_path
-from oryxmem.workspace import Workspace
+from oryxmem.workspace import Workspace, socket_path
 
 
 def test_install_systemd_writes_matching_socket_and_service(

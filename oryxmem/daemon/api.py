@@ -35,8 +35,9 @@ from oryxmem.errors import (
     UnsafeAgentNameError,
 )
 from oryxmem.payloads import agents_data, context_data, memory_data, recall_data, save_data
-from oryxmem.service import MemoryService, footprint_line
+from oryxmem.service import MemoryService, SaveRequest
 from oryxmem.store.format import ARCHIVAL
+from oryxmem.store.rows import sync_summary
 from oryxmem.workspace import GLOBAL_AGENT, AgentRef, agent_name_problem
 
 log = logging.getLogger("oryxmem.daemon")
@@ -186,8 +187,6 @@ async def run_for(request: web.Request, ref: AgentRef, work: Callable[[MemorySer
 
 
 async def health(request: web.Request) -> Any:
-    from oryxmem.sync.table import sync_summary
-
     return {**request.app[HEALTH](), "sync": await run(request, lambda s: sync_summary(s.db))}
 
 
@@ -205,8 +204,7 @@ async def save(request: web.Request) -> Any:
     body = await json_body(request)
     content = text_field(body, "content")
     scope = text_field(body, "scope", ARCHIVAL)
-    worker = request.app[WORKER]
-    result = await worker.save_on_loop(ref, content, scope, "socket")
+    result = await request.app[WORKER].save_on_loop(ref, SaveRequest(content, scope, "socket"))
     return save_data(result)
 
 
@@ -239,9 +237,9 @@ async def trigger(request: web.Request) -> Any:
     reply = text_field(body, "reply", "")
 
     worker = request.app[WORKER]
-    line = footprint_line(user_message, reply, worker.service.config.footprint_max_chars)
-    result = await worker.save_on_loop(ref, line, ARCHIVAL, "socket")
-    return save_data(result)
+    limit = worker.service.config.footprint_max_chars
+    footprint = SaveRequest.footprint(user_message, reply, limit, "socket")
+    return save_data(await worker.save_on_loop(ref, footprint))
 
 
 async def tool_save_memory(request: web.Request) -> Any:
@@ -259,7 +257,7 @@ async def _do_tool_save(request: web.Request, body: dict[str, Any], agent: str |
     scope = text_field(body, "scope", ARCHIVAL)
     worker = request.app[WORKER]
     ref = await run(request, lambda s: s.resolve(agent))
-    return save_data(await worker.save_on_loop(ref, content, scope, "socket"))
+    return save_data(await worker.save_on_loop(ref, SaveRequest(content, scope, "socket")))
 
 
 async def _do_tool_recall(request: web.Request, body: dict[str, Any], agent: str | None) -> Any:

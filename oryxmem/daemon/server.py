@@ -28,12 +28,11 @@ from oryxmem.daemon.notify import notify, watchdog_interval
 from oryxmem.daemon.worker import MemoryWorker
 from oryxmem.errors import DaemonAlreadyRunningError
 from oryxmem.fileio import raise_open_file_limit
-from oryxmem.service import MemoryService, close_stores
+from oryxmem.service import MemoryService
 from oryxmem.store.db import connect
-from oryxmem.store.markdown import MarkdownMemoryStore
 from oryxmem.sync.engine import AgentReport
 from oryxmem.sync.watcher import SyncWatcher
-from oryxmem.workspace import Workspace
+from oryxmem.workspace import Workspace, socket_path
 
 log = logging.getLogger("oryxmem.daemon")
 DRAIN_SECONDS = 10.0
@@ -77,14 +76,16 @@ class Daemon:
             sock = activated
             self.socket_path = Path(sock.getsockname())
         else:
-            self.socket_path = sockets.socket_path(self.workspace, self.config)
+            self.socket_path = socket_path(self.workspace, self.config)
             sock = sockets.bind(self.socket_path)
         connect(self.workspace.db_path).close()  # create and migrate it once, before the threads
-        stores: dict[str, MarkdownMemoryStore] = {}
-        self.watcher = SyncWatcher(self.workspace, markdown_stores=stores, on_report=_log_report)
-        service = MemoryService(self.workspace, self.config, markdown_stores=stores)
+        service = MemoryService(self.workspace, self.config)
+        self.watcher = SyncWatcher(
+            self.workspace, files=service.files, config=self.config, on_report=_log_report
+        )
         self.worker = MemoryWorker(service, self.watcher.schedule)
         self.watcher.before_reconcile = self.worker.flush
+        self.watcher.after_reconcile = self.worker.indexes_changed
         notify("STATUS=catching up with changes made while stopped")
         self.watcher.start()
         self.worker.start()
@@ -92,9 +93,8 @@ class Daemon:
         try:
             uvloop.run(self._serve(sock))
         finally:
-            self.worker.stop()  # requests have drained; finish queued saves first
-            self.watcher.stop()
-            close_stores(stores)  # only now: both threads used them
+            self.watcher.stop()  # before the worker: it closes the stores both threads use
+            self.worker.stop()  # requests have drained; finishes queued saves first
             if activated is None and self.socket_path.exists():
                 self.socket_path.unlink()
             sock.close()
@@ -163,9 +163,9 @@ class Daemon:
             "reconciles": watcher.reconciles if watcher else 0,
             "event_overflows": watcher.overflows if watcher else 0,
             "last_sync_error": watcher.last_error if watcher else None,
-            "saves": worker.saves if worker else 0,
-            "save_batches": worker.batches if worker else 0,
-            "mirror_commits": worker.mirrors if worker else 0,
+            "saves": worker.service.saves if worker else 0,
+            "save_batches": worker.service.batches if worker else 0,
+            "mirror_commits": worker.service.mirrors if worker else 0,
         }
 
 

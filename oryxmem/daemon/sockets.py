@@ -14,34 +14,9 @@ import stat
 import struct
 from pathlib import Path
 
-from oryxmem.config import Config
 from oryxmem.errors import DaemonAlreadyRunningError, InvalidConfigError
-from oryxmem.workspace import Workspace
 
-SUN_PATH_MAX = 107  # sockaddr_un.sun_path holds 108 bytes, one of them the final NUL
 SD_LISTEN_FDS_START = 3
-
-
-def socket_path(workspace: Workspace, config: Config) -> Path:
-    """ORYXMEM_SOCKET, else daemon.socket, else $XDG_RUNTIME_DIR/oryxmem/<id>.sock."""
-    explicit = os.environ.get("ORYXMEM_SOCKET") or str(config.get("daemon.socket") or "")
-    if explicit:
-        path = Path(explicit).expanduser()
-    else:
-        runtime = os.environ.get("XDG_RUNTIME_DIR")
-        folder = Path(runtime) / "oryxmem" if runtime else Path(f"/tmp/oryxmem-{os.getuid()}")
-        path = folder / f"{workspace.workspace_id}.sock"
-    check_length(path)
-    return path
-
-
-def check_length(path: Path) -> None:
-    size = len(os.fsencode(path))
-    if size > SUN_PATH_MAX:
-        raise InvalidConfigError(
-            f"the socket path {path} is {size} bytes; Unix sockets allow {SUN_PATH_MAX}."
-            " Set ORYXMEM_SOCKET or daemon.socket to a shorter path"
-        )
 
 
 def prepare_directory(folder: Path) -> None:

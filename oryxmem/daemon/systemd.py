@@ -9,8 +9,7 @@ from importlib import resources
 from pathlib import Path
 
 from oryxmem.config import Config
-from oryxmem.daemon.sockets import socket_path
-from oryxmem.workspace import Workspace
+from oryxmem.workspace import Workspace, socket_path
 
 
 @dataclass(frozen=True)

@@ -3,19 +3,28 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from oryxmem.clock import Clock
+from oryxmem.config import Config
 from oryxmem.errors import ContentTooLongError, EmptyKeywordError
 from oryxmem.store.format import (
     ARCHIVAL,
     ArchivalWindow,
     Entry,
-    NewEntry,
+    EntryText,
     check_scope,
     entry_key,
     normalize_content,
 )
+from oryxmem.workspace import Workspace
+
+if TYPE_CHECKING:
+    from sqlite_utils import Database
+
+    from oryxmem.store.markdown import MarkdownFiles
 
 
 @dataclass(frozen=True)
@@ -33,6 +42,18 @@ class StoreLimits:
     max_content_chars: int = 32768
 
 
+@dataclass(frozen=True)
+class StoreResources:
+    """What a backend may use to serve an agent; the service builds it once."""
+
+    workspace: Workspace
+    config: Config
+    files: MarkdownFiles
+    database: Callable[[], Database]  # opened on first use
+    clock: Clock
+    limits: StoreLimits
+
+
 class LongTermMemoryStore(ABC):
     """One agent's long-term memory. Backends answer alike; callers never know which."""
 
@@ -40,28 +61,25 @@ class LongTermMemoryStore(ABC):
         self.clock = clock
         self.limits = limits
 
+    @classmethod
+    @abstractmethod
+    def for_agent(cls, agent: str, resources: StoreResources) -> LongTermMemoryStore:
+        """The store of one resolved agent ('' for the global file)."""
+
     def append(self, content: str, scope: str = ARCHIVAL, *, ts: str | None = None) -> Entry:
         """Add a timestamped entry at the end of its section; durable on return."""
-        addition = self.prepare(content, scope, ts=ts)
-        return self._append(NewEntry(addition.scope, addition.ts, addition.content))
+        return self._append(self.prepare(content, scope, ts=ts))
 
     def prepare(self, content: str, scope: str = ARCHIVAL, *, ts: str | None = None) -> Entry:
         """The entry a save would write, checked (scope, content, length) and stamped."""
-        check_scope(scope)
-        text = normalize_content(content)
-        if len(text) > self.limits.max_content_chars:
-            raise ContentTooLongError(
-                f"content is {len(text)} characters; the limit is {self.limits.max_content_chars}"
-            )
-        stamp = ts or self.clock()
-        return Entry(scope, stamp, text, entry_key(scope, stamp, text))
+        return prepare_entry(content, scope, ts or self.clock(), self.limits.max_content_chars)
 
     def recall(self, keyword: str) -> list[str]:
         """Archival entries containing keyword (casefolded), oldest first, as lines."""
         return [entry.render() for entry in self._recall(fold_keyword(keyword))]
 
     @abstractmethod
-    def _append(self, addition: NewEntry) -> Entry: ...
+    def _append(self, addition: EntryText) -> Entry: ...
 
     @abstractmethod
     def _recall(self, folded_keyword: str) -> list[Entry]: ...
@@ -73,6 +91,17 @@ class LongTermMemoryStore(ABC):
     @abstractmethod
     def entries(self) -> tuple[list[Entry], list[Entry]]:
         """Every (core, archival) entry, in order."""
+
+
+def prepare_entry(content: str, scope: str, ts: str, max_content_chars: int) -> Entry:
+    """An entry as a save would write it: scope checked, content normalized and in bounds."""
+    check_scope(scope)
+    text = normalize_content(content)
+    if len(text) > max_content_chars:
+        raise ContentTooLongError(
+            f"content is {len(text)} characters; the limit is {max_content_chars}"
+        )
+    return Entry(scope, ts, text, entry_key(scope, ts, text))
 
 
 def fold_keyword(keyword: str) -> str:

@@ -85,6 +85,21 @@ def insert_values(db: Executes, head: str, rows: Sequence[Sequence[Any]]) -> Non
         db.execute(f"{head} VALUES {', '.join([marks] * len(chunk))}", values)
 
 
+PARAMETERS_PER_QUERY = 500  # under SQLite's oldest limit on a statement's parameters
+
+
+def select_in(
+    db: Executes, sql: str, values: Sequence[Any], before: Sequence[Any] = ()
+) -> list[Any]:
+    """The rows of ``sql`` (whose ``{marks}`` is a list of placeholders) for every value,
+    asked a few hundred at a time; ``before`` are the parameters ahead of the list."""
+    rows: list[Any] = []
+    for at in range(0, len(values), PARAMETERS_PER_QUERY):
+        chunk = list(values[at : at + PARAMETERS_PER_QUERY])
+        rows += db.execute(sql.format(marks=", ".join("?" * len(chunk))), [*before, *chunk])
+    return rows
+
+
 @contextmanager
 def write_transaction(db: Database) -> Iterator[Database]:
     """BEGIN IMMEDIATE ... COMMIT: the write lock is taken up front, never mid-way."""

@@ -11,7 +11,7 @@ import hashlib
 import re
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from oryxmem.errors import EmptyContentError, InvalidContentError, InvalidScopeError
 
@@ -20,9 +20,6 @@ ARCHIVAL = "archival"
 SCOPES = (CORE, ARCHIVAL)
 CANONICAL_HEADINGS = {CORE: "## 核心记忆", ARCHIVAL: "## 归档记忆"}
 _HEADING_TITLES = {"核心记忆": CORE, "core": CORE, "归档记忆": ARCHIVAL, "archival": ARCHIVAL}
-
-TIMESTAMP_FORMAT = "%Y-%m-%d %H:%M:%S"
-TIMESTAMP_RE = re.compile(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}")
 
 # Every code point str.splitlines() breaks on, besides LF and CR.
 _OTHER_LINE_BREAKS = "\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
@@ -117,30 +114,68 @@ def render_entry_line(ts: str | None, content: str) -> str:
 
 
 def entry_key(scope: str, ts: str | None, content: str) -> str:
-    """A short stable hash of (scope, timestamp, content)."""
-    material = f"{scope}\n{ts or ''}\n{content}".encode("utf-8", "surrogatepass")
-    return hashlib.blake2b(material, digest_size=8).hexdigest()
+    """A short stable hash of (scope, timestamp, content): the id of its first copy."""
+    return EntryIds().allocate(scope, ts, content)
 
 
-def entry_id_for(key: str, ordinal: int) -> str:
-    """The id of the ordinal-th exact repeat of an entry (the first has no suffix)."""
-    return key if ordinal == 0 else f"{key}-{ordinal}"
+_blake2b = hashlib.blake2b
 
 
-class EntryIdAllocator:
-    """Hands out ids in file order, numbering exact repeats."""
+class EntryIds:
+    """The one place entry ids are made: the key of (scope, timestamp, content), and for
+    the n-th exact repeat in file order the suffix ``-n``.
 
-    def __init__(self) -> None:
+    ``on_top_of`` numbers entries that come after those another allocator has seen
+    (what a save will add to a parsed file) without copying its counts.
+    """
+
+    __slots__ = ("_base", "_seen")
+
+    def __init__(self, on_top_of: EntryIds | None = None) -> None:
         self._seen: dict[str, int] = {}
+        self._base = on_top_of
 
-    def allocate(self, scope: str, ts: str | None, content: str) -> str:
-        key = entry_key(scope, ts, content)
-        ordinal = self._seen.get(key, 0)
-        self._seen[key] = ordinal + 1
-        return entry_id_for(key, ordinal)
+    @classmethod
+    def counting(cls, ids: Iterable[str]) -> EntryIds:
+        """An allocator that has seen these ids already (rows read back from SQLite)."""
+        allocator = cls()
+        for entry_id in ids:
+            key = entry_id.partition("-")[0]
+            allocator._seen[key] = allocator._seen.get(key, 0) + 1
+        return allocator
 
     def count(self, key: str) -> int:
-        return self._seen.get(key, 0)
+        seen = self._seen.get(key, 0)
+        return seen + self._base.count(key) if self._base is not None else seen
+
+    def allocate(self, scope: str, ts: str | None, content: str) -> str:
+        # Runs once per entry of files that grow to 100,000 of them: entry_key inlined.
+        material = f"{scope}\n{ts or ''}\n{content}".encode("utf-8", "surrogatepass")
+        key = _blake2b(material, digest_size=8).hexdigest()
+        seen = self._seen.get(key, 0)
+        self._seen[key] = seen + 1
+        ordinal = seen if self._base is None else seen + self._base.count(key)
+        return key if ordinal == 0 else f"{key}-{ordinal}"
+
+    def entry(self, scope: str, ts: str | None, content: str) -> Entry:
+        return Entry(scope, ts, content, self.allocate(scope, ts, content))
+
+
+def numbered(entries: Iterable[EntryText]) -> list[Entry]:
+    """The entries with the ids they get in this order."""
+    ids = EntryIds()
+    return [ids.entry(e.scope, e.ts, e.content) for e in entries]
+
+
+class EntryText(Protocol):
+    """What an entry says, without its identity: an Entry, or a NewEntry to be written."""
+
+    @property
+    def scope(self) -> str: ...
+    @property
+    def ts(self) -> str | None: ...
+    @property
+    def content(self) -> str: ...
 
 
 # --- parsing ----------------------------------------------------------------
@@ -178,7 +213,7 @@ class MemoryDocument:
     entry_lines: dict[str, int] = field(default_factory=dict)
     unparsed: list[UnparsedLine] = field(default_factory=list)
     conflict_lines: list[int] = field(default_factory=list)
-    ids: EntryIdAllocator = field(default_factory=EntryIdAllocator)
+    ids: EntryIds = field(default_factory=EntryIds)
 
     @property
     def parseable(self) -> bool:
@@ -259,7 +294,7 @@ def parse(text: str) -> MemoryDocument:
     """Read a MEMORY.md. Never raises: problems are reported on the document.
 
     This loop runs once per line of files that grow to 100,000 entries, so the
-    common line (a stamped entry) is matched whole and its id made inline.
+    common line (a stamped entry) is matched whole, with one regular expression.
     """
     lines = split_physical_lines(text)
     doc = MemoryDocument(lines=lines, newline=detect_newline(lines))
@@ -270,9 +305,8 @@ def parse(text: str) -> MemoryDocument:
     entries: list[Entry] = []
     section: Section | None = None
     stamped_line = _STAMPED_LINE_RE.fullmatch
-    seen = doc.ids._seen
+    allocate = doc.ids.allocate
     entry_lines = doc.entry_lines
-    blake2b = hashlib.blake2b
     for index, line in enumerate(lines):
         if scope is not None:
             match = stamped_line(line)
@@ -296,11 +330,7 @@ def parse(text: str) -> MemoryDocument:
                         continue
             if parsed is not None:
                 ts, content = parsed
-                material = f"{scope}\n{ts or ''}\n{content}".encode("utf-8", "surrogatepass")
-                key = blake2b(material, digest_size=8).hexdigest()
-                ordinal = seen.get(key, 0)
-                seen[key] = ordinal + 1
-                entry_id = key if ordinal == 0 else f"{key}-{ordinal}"
+                entry_id = allocate(scope, ts, content)
                 entries.append(Entry(scope, ts, content, entry_id))
                 entry_lines[entry_id] = index
                 assert section is not None
@@ -329,19 +359,13 @@ class NewEntry:
     content: str
 
 
-def plan_entries(doc: MemoryDocument, additions: Iterable[NewEntry]) -> list[Entry]:
+def plan_entries(doc: MemoryDocument, additions: Iterable[EntryText]) -> list[Entry]:
     """The entries (with their ids) that adding these to doc would create."""
-    planned: dict[str, int] = {}
-    entries = []
-    for add in additions:
-        key = entry_key(add.scope, add.ts, add.content)
-        ordinal = doc.ids.count(key) + planned.get(key, 0)
-        planned[key] = planned.get(key, 0) + 1
-        entries.append(Entry(add.scope, add.ts, add.content, entry_id_for(key, ordinal)))
-    return entries
+    ids = EntryIds(on_top_of=doc.ids)
+    return [ids.entry(add.scope, add.ts, add.content) for add in additions]
 
 
-def append_at_end(doc: MemoryDocument, additions: Sequence[NewEntry]) -> str | None:
+def append_at_end(doc: MemoryDocument, additions: Sequence[EntryText]) -> str | None:
     """The text to append to the file to add these entries, when they land at its very end.
 
     None when they belong elsewhere (their section is not the last thing in the
@@ -376,7 +400,7 @@ def record_appended_many(doc: MemoryDocument, appended_text: str, entries: Seque
 
 
 def apply_edits(
-    doc: MemoryDocument, additions: Sequence[NewEntry], removals: Collection[str] = ()
+    doc: MemoryDocument, additions: Sequence[EntryText], removals: Collection[str] = ()
 ) -> str:
     """The file text after removing the lines of some entries and adding others.
 

@@ -8,9 +8,11 @@ large file costs one fsync'd append, not a parse and a rewrite.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from oryxmem.clock import Clock
 from oryxmem.errors import MemoryFileConflictedError, MemoryFileUnreadableError
@@ -18,16 +20,19 @@ from oryxmem.fileio import (
     AppendHandle,
     ConcurrentChange,
     FileLock,
+    FileStat,
     append_durably,
     atomic_write,
+    file_stat,
     remove_stale_temp_files,
     repair_torn_append,
+    retry_on_change,
 )
-from oryxmem.store.base import LongTermMemoryStore, MemorySnapshot, StoreLimits
+from oryxmem.store.base import LongTermMemoryStore, MemorySnapshot, StoreLimits, StoreResources
 from oryxmem.store.format import (
     Entry,
+    EntryText,
     MemoryDocument,
-    NewEntry,
     append_at_end,
     apply_edits,
     archival_window,
@@ -36,18 +41,28 @@ from oryxmem.store.format import (
     plan_entries,
     record_appended_many,
 )
+from oryxmem.workspace import Workspace
 
-StatKey = tuple[int, int, int, int]
-_MAX_RETRIES = 20
+# What a journal replay may find that needs no telling: the append had completed, or
+# had not begun.
+QUIET_REPAIRS = ("complete", "nothing written")
+# How often a save reads the file again when another writer keeps changing it, and
+# how often a read starts over when the file changes while it is being read.
+SAVE_ATTEMPTS = 20
+READ_ATTEMPTS = 20
 
 
-def stat_key(info: os.stat_result) -> StatKey:
-    return (info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+class Append(NamedTuple):
+    """Entries one write appended to a file, with the file's stat before and after."""
+
+    before: FileStat | None
+    entries: list[Entry]
+    after: FileStat
 
 
 @dataclass
 class _Cached:
-    key: StatKey | None  # None: the file does not exist
+    key: FileStat | None  # None: the file does not exist
     doc: MemoryDocument
     folded_archival: list[str] = field(default_factory=list)
 
@@ -59,10 +74,15 @@ class MarkdownMemoryStore(LongTermMemoryStore):
         self.lock = lock
         self._appender = AppendHandle(path)
         self._cached: _Cached | None = None
-        self.repairs: list[str] = []  # what lock-time repairs found, for status and logs
+        self.repairs: list[str] = []  # what each journal replay at lock time found
+        self._untold: list[str] = []  # the replays worth telling, until someone tells them
         # The stat of the file as our own last write left it: a file event whose file
         # still has exactly this stat is the echo of that write, not news.
-        self.written_key: StatKey | None = None
+        self.written_key: FileStat | None = None
+
+    @classmethod
+    def for_agent(cls, agent: str, resources: StoreResources) -> MarkdownMemoryStore:
+        return resources.files.get(agent)
 
     # --- reading -------------------------------------------------------------
 
@@ -70,21 +90,25 @@ class MarkdownMemoryStore(LongTermMemoryStore):
         """The current parsed file; the caller holds the lock."""
         intent = self.lock.pending_intent()
         if intent is not None:
-            self.repairs.append(repair_torn_append(self.path, intent))
+            outcome = repair_torn_append(self.path, intent)
             self.lock.clear_intent()
+            self.repairs.append(outcome)
+            if outcome not in QUIET_REPAIRS:
+                line = self._line_at(intent.offset)
+                self._untold.append(f"{self.path}:{line}: after a crash, {outcome}")
         try:
             info = os.stat(self.path)
         except FileNotFoundError:
             if self._cached is None or self._cached.key is not None:
                 self._cached = _Cached(None, parse(""))
             return self._cached
-        if self._cached is not None and self._cached.key == stat_key(info):
+        if self._cached is not None and self._cached.key == FileStat.of(info):
             return self._cached
-        for _ in range(_MAX_RETRIES):
+        for _ in range(READ_ATTEMPTS):
             with open(self.path, "rb") as handle:
-                before = stat_key(os.fstat(handle.fileno()))
+                before = FileStat.of(os.fstat(handle.fileno()))
                 raw = handle.read()
-                after = stat_key(os.fstat(handle.fileno()))
+                after = FileStat.of(os.fstat(handle.fileno()))
             if before == after:
                 break
         try:
@@ -96,6 +120,19 @@ class MarkdownMemoryStore(LongTermMemoryStore):
             ) from None
         self._cached = _Cached(after, parse(text))
         return self._cached
+
+    def _line_at(self, offset: int) -> int:
+        """The 1-based number of the line that starts at this byte offset."""
+        try:
+            with open(self.path, "rb") as handle:
+                return handle.read(offset).count(b"\n") + 1
+        except OSError:
+            return 0
+
+    def take_repairs(self) -> list[str]:
+        """What lock-time repairs did since last asked, each as 'path:line: what'."""
+        untold, self._untold = self._untold, []
+        return untold
 
     def document(self) -> MemoryDocument:
         """The parsed file as it is now (conflicted or not). Do not mutate it."""
@@ -138,14 +175,19 @@ class MarkdownMemoryStore(LongTermMemoryStore):
 
     # --- writing -------------------------------------------------------------
 
-    def _append(self, addition: NewEntry) -> Entry:
+    def _append(self, addition: EntryText) -> Entry:
+        return self.append_many([addition]).entries[0]
+
+    def append_many(self, additions: Sequence[EntryText]) -> Append:
+        """Add entries at the end of their sections in one durable write, with the stat of
+        the file they were added to (None: there was none) and the stat this write left.
+        Another writer changing the file meanwhile makes it read the file again and retry."""
         with self.lock.hold():
-            for _ in range(_MAX_RETRIES):
-                try:
-                    return self.append_locked([addition])[0][0]
-                except ConcurrentChange:
-                    self.forget()
-        raise ConcurrentChange(self.path)
+            entries, before = retry_on_change(
+                SAVE_ATTEMPTS, lambda: self.append_locked(additions), self.forget
+            )
+        assert self.written_key is not None  # set by the write just made
+        return Append(before, entries, self.written_key)
 
     # --- for callers that hold the lock across a longer operation (sync) ------
 
@@ -157,17 +199,17 @@ class MarkdownMemoryStore(LongTermMemoryStore):
         self._appender.close()
         self.lock.close()
 
-    def current_locked(self) -> tuple[MemoryDocument, StatKey | None]:
+    def current_locked(self) -> tuple[MemoryDocument, FileStat | None]:
         """The file as it is now, and its stat (None: no file). The caller holds the lock."""
         cached = self._read_locked()
         return cached.doc, cached.key
 
     def edit_locked(
         self,
-        additions: Sequence[NewEntry],
+        additions: Sequence[EntryText],
         removals: Collection[str],
         *,
-        based_on: StatKey | None,
+        based_on: FileStat | None,
     ) -> list[Entry]:
         """Write additions and removals to the file the caller read; it holds the lock.
 
@@ -182,7 +224,7 @@ class MarkdownMemoryStore(LongTermMemoryStore):
             raise ConcurrentChange(self.path)
         return self._write_locked(cached, additions, removals)
 
-    def append_locked(self, additions: Sequence[NewEntry]) -> tuple[list[Entry], StatKey | None]:
+    def append_locked(self, additions: Sequence[EntryText]) -> tuple[list[Entry], FileStat | None]:
         """Add entries to the file as it is now, read once; the caller holds the lock.
 
         Returns the entries and the stat of the file they were added to (None: there
@@ -192,7 +234,7 @@ class MarkdownMemoryStore(LongTermMemoryStore):
         return self._write_locked(cached, additions, ()), before
 
     def _write_locked(
-        self, cached: _Cached, additions: Sequence[NewEntry], removals: Collection[str]
+        self, cached: _Cached, additions: Sequence[EntryText], removals: Collection[str]
     ) -> list[Entry]:
         added = plan_entries(cached.doc, additions)
         if not (additions or removals):
@@ -202,13 +244,13 @@ class MarkdownMemoryStore(LongTermMemoryStore):
         if key is None or tail is None:
             self._rewrite_locked(cached, additions, removals)
             return added
-        info = append_durably(self._appender, key[0], tail.encode(), self.lock, key[1])
+        info = append_durably(self._appender, key.inode, tail.encode(), self.lock, key.size)
         record_appended_many(cached.doc, tail, added)
-        cached.key = self.written_key = stat_key(info)
+        cached.key = self.written_key = FileStat.of(info)
         return added
 
     def _rewrite_locked(
-        self, cached: _Cached, additions: Sequence[NewEntry], removals: Collection[str]
+        self, cached: _Cached, additions: Sequence[EntryText], removals: Collection[str]
     ) -> None:
         if cached.key is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -218,20 +260,52 @@ class MarkdownMemoryStore(LongTermMemoryStore):
         text = apply_edits(base, additions, removals)
 
         def still_as_read() -> None:
-            try:
-                now: StatKey | None = stat_key(os.stat(self.path))
-            except FileNotFoundError:
-                now = None
-            if now != cached.key:
+            if file_stat(self.path) != cached.key:
                 raise ConcurrentChange(self.path)
 
         info = atomic_write(self.path, text.encode("utf-8"), before_replace=still_as_read)
         self._appender.close()  # it holds the inode just replaced
-        self._cached = _Cached(stat_key(info), parse(text))
-        self.written_key = stat_key(info)
+        self._cached = _Cached(FileStat.of(info), parse(text))
+        self.written_key = FileStat.of(info)
 
     def clean_temp_files(self) -> list[Path]:
         with self.lock.hold():
             if not self.path.parent.is_dir():
                 return []
             return remove_stale_temp_files(self.path.parent, self.path.name)
+
+
+class MarkdownFiles:
+    """Every agent's MarkdownMemoryStore, one per file, shared by a process's threads:
+    a write by one thread leaves the parsed copy the others read current."""
+
+    def __init__(self, workspace: Workspace, *, clock: Clock, limits: StoreLimits) -> None:
+        self.workspace = workspace
+        self.clock = clock
+        self.limits = limits
+        self._stores: dict[str, MarkdownMemoryStore] = {}
+        self._creating = threading.Lock()
+
+    def get(self, agent: str) -> MarkdownMemoryStore:
+        """The store of a resolved agent ('' for the global file)."""
+        store = self._stores.get(agent)
+        if store is None:
+            with self._creating:  # one per agent, whoever asks first
+                store = self._stores.get(agent)
+                if store is None:
+                    store = MarkdownMemoryStore(
+                        self.workspace.memory_path(agent),
+                        FileLock(self.workspace.lock_path(agent)),
+                        clock=self.clock,
+                        limits=self.limits,
+                    )
+                    self._stores[agent] = store
+        return store
+
+    def __contains__(self, agent: str) -> bool:
+        return agent in self._stores
+
+    def close(self) -> None:
+        for store in self._stores.values():
+            store.close()
+        self._stores.clear()

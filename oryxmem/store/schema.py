@@ -199,3 +199,39 @@ def agreed_ids_in_their_own_table(db: Database) -> None:
         " SELECT s.agent, j.value FROM sync_state s, json_each(s.entry_ids) j"
     )
     db.execute("UPDATE sync_state SET entry_ids = '[]'")
+
+
+@migrations()
+def derived_indexes_fed_from_the_change_log(db: Database) -> None:
+    # Everything that answers a search is now a derived index (oryxmem/index/), fed from
+    # memory_changes through its own cursor in index_state; the triggers only log.
+    db.execute("DROP TRIGGER memory_entries_update")
+    db.execute("DROP TRIGGER memory_entries_delete")
+    db.execute(
+        """
+        CREATE TRIGGER memory_entries_update AFTER UPDATE OF agent, scope, ts, content
+        ON memory_entries BEGIN
+            INSERT INTO memory_changes(op, row_id, agent, old_agent)
+            VALUES ('update', NEW.id, NEW.agent, OLD.agent);
+        END
+        """
+    )
+    db.execute(
+        """
+        CREATE TRIGGER memory_entries_delete AFTER DELETE ON memory_entries BEGIN
+            INSERT INTO memory_changes(op, row_id, agent) VALUES ('delete', OLD.id, OLD.agent);
+        END
+        """
+    )
+    db.execute("DROP INDEX memory_entries_unindexed")
+    db.execute("ALTER TABLE memory_entries DROP COLUMN indexed")
+    db.execute("DROP TABLE memory_fts")  # the keyword index makes its own, and fills it
+    db.execute(
+        "CREATE TABLE index_state (name TEXT PRIMARY KEY, version INTEGER NOT NULL,"
+        " cursor INTEGER NOT NULL, backfill_below INTEGER NOT NULL DEFAULT 0, built_at TEXT)"
+    )
+    # sync_state: the unused id list goes; the file's ctime completes its stat; and the
+    # lines the parser kept as they are (not entries) are remembered, to report once.
+    db.execute("ALTER TABLE sync_state DROP COLUMN entry_ids")
+    db.execute("ALTER TABLE sync_state ADD COLUMN ctime_ns INTEGER")
+    db.execute("ALTER TABLE sync_state ADD COLUMN notes TEXT NOT NULL DEFAULT '[]'")

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
 import time
-import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -43,7 +43,7 @@ class SessionStore:
         self.db = db
 
     def create(self, agent: str) -> SessionInfo:
-        session_id = uuid.uuid4().hex
+        session_id = os.urandom(16).hex()
         now = _now()
         with write_transaction(self.db):
             self.db.execute(
@@ -84,16 +84,6 @@ class SessionStore:
 
     def history(self, session_id: str, turns: int) -> list[dict[str, Any]]:
         return turns_tail(self.messages(session_id), turns)
-
-    def info(self, session_id: str) -> SessionInfo:
-        row = self.db.execute(
-            "SELECT id, agent, created_at, updated_at, json_array_length(messages_json)"
-            " FROM sessions WHERE id = ?",
-            [session_id],
-        ).fetchone()
-        if row is None:
-            raise SessionNotFoundError(f"no session {session_id!r}")
-        return SessionInfo(*row)
 
 
 def record_tool_invocation(

@@ -11,28 +11,27 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
+from oryxmem.config import Config
 from oryxmem.errors import MemoryFileUnreadableError
-from oryxmem.fileio import ConcurrentChange
-from oryxmem.service import MemoryService
-from oryxmem.store.db import write_transaction
-from oryxmem.store.format import Entry
-from oryxmem.store.markdown import MarkdownMemoryStore, StatKey
-from oryxmem.sync import table
+from oryxmem.fileio import ConcurrentChange, FileStat, file_stat, retry_on_change
+from oryxmem.store import rows
+from oryxmem.store.db import select_in, write_transaction
+from oryxmem.store.format import Entry, MemoryDocument
+from oryxmem.store.markdown import MarkdownFiles, MarkdownMemoryStore
 from oryxmem.sync.git import git_operation_in_progress
-from oryxmem.sync.reconcile import Plan, additions_as_new_entries, reconcile
-from oryxmem.workspace import GLOBAL_AGENT, check_agent_name
+from oryxmem.sync.reconcile import Plan, number_rows, reconcile
+from oryxmem.workspace import GLOBAL_AGENT, Workspace, check_agent_name
 
 if TYPE_CHECKING:
     from sqlite_utils import Database
 
 log = logging.getLogger("oryxmem.sync")
 
-_MAX_ATTEMPTS = 5
+RECONCILE_ATTEMPTS = 5
 
 
 class _DryRun(Exception):
@@ -53,6 +52,11 @@ class AgentReport:
     lost: list[str] = field(default_factory=list)
     restored: list[str] = field(default_factory=list)
     quarantined: list[str] = field(default_factory=list)
+    # Told once, when first seen: lines kept as they are that are not entries, and
+    # what lock-time repairs did (a torn line finished from the journal), each as
+    # "path:line: what".
+    kept: list[str] = field(default_factory=list)
+    repairs: list[str] = field(default_factory=list)
 
     @property
     def drift(self) -> bool:
@@ -84,32 +88,29 @@ class AgentReport:
         ]
         return f"{name}: {', '.join(parts) if parts else 'in sync'}"
 
+    def notices(self) -> list[str]:
+        """The lines to tell a person once: kept lines and repairs."""
+        return self.kept + self.repairs
+
 
 def file_sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-class Append(NamedTuple):
-    """Entries one write appended to a file, with the file's stat before and after."""
-
-    before: StatKey | None
-    entries: list[Entry]
-    after: StatKey
-
-
-def _file_stat(key: StatKey | None) -> table.FileStat:
-    return (key[0], key[1], key[2]) if key else (None, None, None)
+def kept_lines(doc: MemoryDocument) -> list[tuple[int, str]]:
+    """The lines inside the memory sections that the parser kept but did not understand."""
+    return [(line.line_number, line.text) for line in doc.unparsed]
 
 
 class SyncEngine:
-    def __init__(self, service: MemoryService) -> None:
-        self.service = service
-        self.workspace = service.workspace
-        self.stale_buffer_seconds = service.config.stale_buffer_seconds
-
-    @property
-    def db(self) -> Database:
-        return self.service.db
+    def __init__(
+        self, workspace: Workspace, db: Database, files: MarkdownFiles, config: Config
+    ) -> None:
+        self.workspace = workspace
+        self.db = db
+        self.files = files
+        self.max_content_chars = config.max_content_chars
+        self.stale_buffer_seconds = config.stale_buffer_seconds
 
     # --- which agents -----------------------------------------------------------
 
@@ -119,29 +120,17 @@ class SyncEngine:
         for (name,) in self.db.execute(
             "SELECT DISTINCT agent FROM memory_entries UNION SELECT agent FROM sync_state"
         ):
-            if isinstance(name, str) and (
-                name == GLOBAL_AGENT or check_agent_name(self.workspace, name) is None
-            ):
+            if isinstance(name, str) and self._safe(name):
                 names.add(name)
         return sorted(names)
 
     def due_agents(self) -> list[str]:
         """Agents whose file or rows changed since they last agreed (a cheap stat per file)."""
-        due = set(table.agents_with_pending_changes(self.db))
-        agreed = {
-            agent: (size, mtime_ns, inode) if status == "ok" else None
-            for agent, size, mtime_ns, inode, status in self.db.execute(
-                "SELECT agent, size, mtime_ns, inode, status FROM sync_state"
-            )
-        }
+        due = set(rows.agents_with_pending_changes(self.db))
+        agreed = rows.agreed_file_stats(self.db)
         known = self.known_agents()  # safe names only
         for agent in known:
-            try:
-                info = os.stat(self.workspace.memory_path(agent))
-                now: tuple[int | None, ...] = (info.st_size, info.st_mtime_ns, info.st_ino)
-            except FileNotFoundError:
-                now = (None, None, None)
-            if agreed.get(agent) != now:
+            if agent not in agreed or agreed[agent] != file_stat(self.workspace.memory_path(agent)):
                 due.add(agent)
         safe = set(known)
         return sorted(name for name in due if name in safe or self._safe(name))
@@ -166,7 +155,7 @@ class SyncEngine:
             reports += self.quarantine_unsafe_agents()
             for agent in self.known_agents():
                 # A writer killed mid-rewrite leaves its temp file: never the truth.
-                for leftover in self.service.markdown_store(agent).clean_temp_files():
+                for leftover in self.files.get(agent).clean_temp_files():
                     log.info("removed %s, left by an interrupted write", leftover)
         if agents is None:
             agents = self.due_agents() if only_due else self.known_agents()
@@ -177,15 +166,15 @@ class SyncEngine:
                 progress(report)
         if not dry_run:
             with write_transaction(self.db):
-                table.prune_changes(self.db)
+                rows.prune_changes(self.db)
         return reports
 
     def quarantine_unsafe_agents(self) -> list[AgentReport]:
         """Rows whose agent name can never be a directory: quarantined, and reported."""
         reports = []
         with write_transaction(self.db):
-            for name in table.unsafe_agents_with_rows(self.db):
-                count = table.quarantine_agent(self.db, name)
+            for name in rows.unsafe_agents_with_rows(self.db):
+                count = rows.quarantine_agent(self.db, name)
                 log.warning("quarantined %d row(s) of unsafe agent name %r", count, name)
                 reports.append(
                     AgentReport(
@@ -205,17 +194,19 @@ class SyncEngine:
             return AgentReport(agent, "deferred", f"git is busy ({busy}); retrying later")
         if not dry_run and self._settled_now(agent):
             return AgentReport(agent, "unchanged")  # no lock, no transaction: the common echo
-        store = self.service.markdown_store(agent)
-        for _ in range(_MAX_ATTEMPTS):
-            try:
-                return self._reconcile_once(agent, store, dry_run)
-            except ConcurrentChange:
-                continue  # an editor wrote while we did: read both sides again
-        return AgentReport(agent, "deferred", "the file kept changing; retrying later")
+        store = self.files.get(agent)
+        try:
+            report = retry_on_change(
+                RECONCILE_ATTEMPTS, lambda: self._reconcile_once(agent, store, dry_run)
+            )
+        except ConcurrentChange:  # an editor kept writing while we did
+            return AgentReport(agent, "deferred", "the file kept changing; retrying later")
+        for notice in report.notices():
+            log.warning("%s", notice)
+        return report
 
     def _settled_now(self, agent: str) -> bool:
-        stat = table.file_stat(self.workspace.memory_path(agent))
-        return stat is not None and table.is_settled(self.db, agent, stat)
+        return rows.is_settled(self.db, agent, file_stat(self.workspace.memory_path(agent)))
 
     def _reconcile_once(self, agent: str, store: MarkdownMemoryStore, dry_run: bool) -> AgentReport:
         report = AgentReport(agent)
@@ -224,156 +215,124 @@ class SyncEngine:
                 doc, key = store.current_locked()
             except MemoryFileUnreadableError as error:
                 return self._mark_unusable(agent, "unreadable", error.message, dry_run)
+            finally:
+                report.repairs = store.take_repairs()
             if not doc.parseable:
                 lines = ", ".join(map(str, doc.conflict_lines))
                 detail = f"git conflict markers on lines {lines}; resolve them to sync"
                 return self._mark_unusable(agent, "conflicted", detail, dry_run)
             try:
                 with write_transaction(self.db):
-                    limit = self.service.config.max_content_chars
-                    report.quarantined = table.quarantine_invalid_rows(self.db, agent, limit)
-                    state = table.read_state(self.db, agent, with_agreed=False)
-                    settled = (
-                        state is not None
-                        and not report.quarantined
-                        and table.is_current(self.db, state)
-                    )
-                    if settled and state and _file_stat(key) == state.file_stat:
-                        report.status = "unchanged"  # the echo of our own write, or a rescan
-                        table.index_rows(self.db, agent)
-                        return report
-                    sha = file_sha256(doc.text) if key else None
-                    if settled and state and state.sha256 == sha:
-                        report.status = "unchanged"  # touched, same bytes
-                        self._save_state(agent, key, sha, [], previous=[])
-                        table.index_rows(self.db, agent)
-                        return report
-                    if state is not None:
-                        state = table.read_state(self.db, agent)  # now the agreed ids too
-                    protected = (
-                        table.protected_entries(self.db, agent, self.stale_buffer_seconds)
-                        if state and self.stale_buffer_seconds
-                        else set()
-                    )
-                    file_entries = doc.all_entries()
-                    plan = reconcile(
-                        file_entries,
-                        table.read_rows(self.db, agent),
-                        state.agreed if state else None,
-                        protected,
-                    )
-                    self._describe(report, plan, file_entries)
-                    if dry_run:
-                        raise _DryRun
-                    if plan.changes_file:
-                        # Applied to the file this plan was made from, or refused (git or an
-                        # editor wrote since it was read): then read both sides again.
-                        store.edit_locked(
-                            additions_as_new_entries(plan.file_additions),
-                            plan.file_removals,
-                            based_on=key,
-                        )
-                        doc, key = store.current_locked()
-                        if key != store.written_key:
-                            raise ConcurrentChange(store.path)  # another writer right after
-                        sha = file_sha256(doc.text)
-                    table.apply_plan_to_rows(self.db, agent, plan, file_entries)
-                    table.index_rows(self.db, agent)
-                    previous = state.agreed if state is not None else None
-                    self._save_state(agent, key, sha, plan.agreed, previous)
+                    self._record_repairs(agent, report.repairs, dry_run)
+                    self._reconcile_locked(agent, store, doc, key, report, dry_run)
             except _DryRun:
-                return report
+                pass
         for line in report.lost:
             log.warning("%s: kept in history (the file won): %s", agent or "(global)", line)
         if report.drift:
             log.info("reconciled %s", report.summary())
         return report
 
-    def record_saves(self, agent: str, appends: Sequence[Append], source: str) -> bool:
-        """Mirror entries just appended to MEMORY.md into the rows, in one transaction.
+    def _reconcile_locked(
+        self,
+        agent: str,
+        store: MarkdownMemoryStore,
+        doc: MemoryDocument,
+        key: FileStat | None,
+        report: AgentReport,
+        dry_run: bool,
+    ) -> None:
+        """The reconcile proper, inside the lock and the transaction."""
+        state = rows.read_state(self.db, agent, with_agreed=False)
+        since = state.change_seq if state is not None else 0
+        report.quarantined = rows.quarantine_invalid_rows(
+            self.db, agent, self.max_content_chars, since
+        )
+        notes = kept_lines(doc)
+        told = set(state.notes) if state is not None else set()
+        path = str(store.path)
+        report.kept = [
+            f"{path}:{line}: kept as it is, not an entry: {text}"
+            for line, text in notes
+            if (line, text) not in told
+        ]
+        settled = state is not None and not report.quarantined and rows.is_current(self.db, state)
+        if settled and state is not None and key == state.file_stat:
+            report.status = "unchanged"  # the echo of our own write, or a rescan
+            return
+        sha = file_sha256(doc.text) if key else None
+        if settled and state is not None and state.sha256 == sha:
+            report.status = "unchanged"  # touched, same bytes
+            if not dry_run:
+                self._save_state(agent, key, sha, [], notes, previous=[])
+            return
+        if state is not None:
+            state = rows.read_state(self.db, agent)  # now the agreed ids too
+        protected = (
+            rows.protected_entries(self.db, agent, self.stale_buffer_seconds)
+            if state and self.stale_buffer_seconds
+            else set()
+        )
+        file_entries = doc.all_entries()
+        plan = reconcile(
+            file_entries,
+            number_rows(rows.read_rows(self.db, agent)),
+            state.agreed if state else None,
+            protected,
+        )
+        self._describe(report, plan, file_entries)
+        if dry_run:
+            raise _DryRun
+        if plan.changes_file:
+            # Applied to the file this plan was made from, or refused (git or an editor
+            # wrote since it was read): then read both sides again.
+            store.edit_locked(plan.file_additions, plan.file_removals, based_on=key)
+            doc, key = store.current_locked()
+            if key != store.written_key:
+                raise ConcurrentChange(store.path)  # another writer right after
+            sha = file_sha256(doc.text)
+            notes = kept_lines(doc)
+        _apply_plan_to_rows(self.db, agent, plan, file_entries)
+        previous = state.agreed if state is not None else None
+        self._save_state(agent, key, sha, plan.agreed, notes, previous)
 
-        ``appends`` are consecutive appends of this process, each with the file's
-        stat before and after it. The entries always become rows (those a reconcile
-        has not taken in already), with their history: so they are kept even if
-        the file loses them before the next reconcile (a stale editor buffer, a
-        branch switched), which then puts them back. When the agreed state matches
-        the file as it was before one of the appends (and no row changed since),
-        the state moves to the last stat and True says both sides agree; otherwise
-        (someone else wrote too) returns False: reconcile soon.
-        """
-        entries = [entry for append in appends for entry in append.entries]
-        with write_transaction(self.db):
-            table.record_history_rows(
-                self.db, [table.history_row(agent, "add", source, entry) for entry in entries]
+    def _record_repairs(self, agent: str, repairs: Sequence[str], dry_run: bool) -> None:
+        if repairs and not dry_run:
+            rows.record_history_rows(
+                self.db, [(agent, "repair", "file", None, None, None, None, r) for r in repairs]
             )
-            # Whether both sides agreed just before these appends: asked before the
-            # rows go in (their insert is itself a change to the rows).
-            state = table.read_state(self.db, agent, with_agreed=False)
-            start: int | None = None
-            all_taken = False
-            if state is None:  # a new agent: in sync if neither side had anything yet
-                has_rows = self.db.execute(
-                    "SELECT 1 FROM memory_entries WHERE agent = ? LIMIT 1", [agent]
-                ).fetchone()
-                start = 0 if appends[0].before is None and has_rows is None else None
-            elif table.is_current(self.db, state):  # status ok, no row changed since
-                agreed_stat = state.file_stat
-                stats = [_file_stat(append.before) for append in appends]
-                start = stats.index(agreed_stat) if agreed_stat in stats else None
-                all_taken = start is None and _file_stat(appends[-1].after) == agreed_stat
-            missing = table.entries_not_in_rows(self.db, agent, entries)
-            table.insert_rows(self.db, agent, missing, source)
-            if start is not None:
-                agreed = [e.entry_id for append in appends[start:] for e in append.entries]
-                self._save_state(agent, appends[-1].after, None, agreed, [])
-                return True
-            return all_taken and not missing
 
     def _save_state(
         self,
         agent: str,
-        key: StatKey | None,
+        key: FileStat | None,
         sha: str | None,
         agreed: list[str],
+        notes: Sequence[tuple[int, str]],
         previous: list[str] | None = None,
     ) -> None:
         """The new agreed state; with ``previous`` only the ids that differ are written."""
-        inode, size, mtime_ns = _file_stat(key)
-        table.write_state(
-            self.db,
-            table.SyncState(
-                agent=agent,
-                path=str(self.workspace.memory_path(agent)),
-                size=size,
-                mtime_ns=mtime_ns,
-                inode=inode,
-                sha256=sha,
-                agreed=agreed,
-                status="ok",
-                detail=None,
-                change_seq=table.latest_change_seq(self.db),
-            ),
-            previous,
-        )
+        path = str(self.workspace.memory_path(agent))
+        state = rows.agreed_state(self.db, agent, path, key, sha, agreed, notes)
+        rows.write_state(self.db, state, previous)
 
     def _mark_unusable(self, agent: str, status: str, detail: str, dry_run: bool) -> AgentReport:
         """A conflicted or unreadable file: neither read nor written; the state says why."""
-        state = table.read_state(self.db, agent, with_agreed=False)
+        state = rows.read_state(self.db, agent, with_agreed=False)
         if not dry_run:
             with write_transaction(self.db):
-                table.write_state(
+                rows.write_state(
                     self.db,
-                    table.SyncState(
+                    rows.SyncState(
                         agent=agent,
                         path=str(self.workspace.memory_path(agent)),
-                        size=state.size if state else None,
-                        mtime_ns=state.mtime_ns if state else None,
-                        inode=state.inode if state else None,
+                        file_stat=state.file_stat if state else None,
                         sha256=state.sha256 if state else None,
                         agreed=[],
                         status=status,
                         detail=detail,
-                        change_seq=table.latest_change_seq(self.db),
+                        change_seq=rows.latest_change_seq(self.db),
+                        notes=state.notes if state else [],
                     ),
                     [] if state else None,  # keep the agreed ids as they are
                 )
@@ -390,3 +349,37 @@ class SyncEngine:
         report.rows_removed = [str(row_id) for row_id in plan.row_deletes]
         report.lost = [entry.render() for _, entry, _ in plan.lost]
         report.restored = [entry.render() for entry in plan.restored]
+
+
+def _apply_plan_to_rows(
+    db: Database, agent: str, plan: Plan, file_entries: Sequence[Entry]
+) -> None:
+    """Make the rows match what the plan decided, and write every add and remove to history."""
+    events: list[rows.HistoryRow] = []
+    losers = {row_id: (entry, why) for row_id, entry, why in plan.lost}
+    doomed = sorted(set(plan.row_deletes))
+    for row_id, scope, ts, content, entry_id in select_in(
+        db,
+        "SELECT id, scope, ts, content, entry_id FROM memory_entries WHERE id IN ({marks})",
+        doomed,
+    ):
+        if row_id in losers:
+            events.append(rows.history_row(agent, "lost", "db", *losers[row_id]))
+        else:
+            entry = Entry(scope, ts, content, entry_id)
+            events.append(rows.history_row(agent, "remove", "file", entry))
+    db.conn.executemany("DELETE FROM memory_entries WHERE id = ?", [[r] for r in doomed])
+    by_id = {entry.entry_id: entry for entry in file_entries}
+    events += [rows.history_row(agent, "remove", "db", by_id[i]) for i in plan.file_removals]
+    restored = set(plan.restored)
+    events += [
+        rows.history_row(agent, "restore" if entry in restored else "add", "db", entry)
+        for entry in plan.file_additions
+    ]
+    rows.insert_rows(db, agent, plan.row_inserts, "file")
+    events += [rows.history_row(agent, "add", "file", entry) for entry in plan.row_inserts]
+    db.conn.executemany(
+        "UPDATE memory_entries SET entry_id = ? WHERE id = ?",
+        [[entry_id, row_id] for row_id, entry_id in plan.row_restamps],
+    )
+    rows.record_history_rows(db, events)

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from oryxmem.store.format import Entry, NewEntry, entry_id_for, entry_key
+from oryxmem.store.format import Entry, EntryIds, numbered
 
 
 @dataclass(frozen=True)
@@ -60,15 +60,11 @@ class Plan:
 
 def number_rows(rows: Iterable[tuple[int, str | None, str, str | None, str]]) -> list[RowState]:
     """RowStates from (row_id, stored_id, scope, ts, content) in order: ids with ordinals."""
-    seen: dict[str, int] = {}
-    states = []
-    for row_id, stored_id, scope, ts, content in rows:
-        key = entry_key(scope, ts, content)
-        ordinal = seen.get(key, 0)
-        seen[key] = ordinal + 1
-        entry = Entry(scope, ts, content, entry_id_for(key, ordinal))
-        states.append(RowState(row_id, stored_id, entry))
-    return states
+    ids = EntryIds()
+    return [
+        RowState(row_id, stored_id, ids.entry(scope, ts, content))
+        for row_id, stored_id, scope, ts, content in rows
+    ]
 
 
 def reconcile(
@@ -93,13 +89,13 @@ def reconcile(
             continue
         by_current[row.entry.entry_id] = row
 
+    # Which rows need their stored id changed is settled at the end (_settle_ids), once
+    # the final numbering is known.
     for entry_id, row in by_current.items():
         if entry_id in in_file:
-            if row.stored_id != entry_id:
-                plan.row_restamps.append((row.row_id, entry_id))
-        elif base is None:  # first agreement: the union
+            continue
+        if base is None:  # first agreement: the union
             plan.file_additions.append(row.entry)
-            plan.row_restamps.append((row.row_id, entry_id))
         elif row.stored_id == entry_id and entry_id in base:
             # Untouched in the database, gone from the file.
             if entry_id in protected:
@@ -121,7 +117,6 @@ def reconcile(
         else:
             # New in the database, or changed there while the file kept the old text.
             plan.file_additions.append(row.entry)
-            plan.row_restamps.append((row.row_id, entry_id))
 
     for entry_id, entry in in_file.items():
         if entry_id in by_current:
@@ -135,18 +130,6 @@ def reconcile(
     return plan
 
 
-def _renumber(entries: Iterable[Entry]) -> list[Entry]:
-    """The same entries with the ids they get in this order (ordinals count exact repeats)."""
-    seen: dict[str, int] = {}
-    numbered = []
-    for entry in entries:
-        key = entry_key(entry.scope, entry.ts, entry.content)
-        ordinal = seen.get(key, 0)
-        seen[key] = ordinal + 1
-        numbered.append(entry._replace(entry_id=entry_id_for(key, ordinal)))
-    return numbered
-
-
 def _settle_ids(plan: Plan, file_entries: Sequence[Entry], rows: Sequence[RowState]) -> None:
     """Agreed ids and row stamps as they will be once the plan is applied.
 
@@ -155,17 +138,13 @@ def _settle_ids(plan: Plan, file_entries: Sequence[Entry], rows: Sequence[RowSta
     """
     removed = set(plan.file_removals)
     final_file = [e for e in file_entries if e.entry_id not in removed] + plan.file_additions
-    plan.agreed = [entry.entry_id for entry in _renumber(final_file)]
+    plan.agreed = [entry.entry_id for entry in numbered(final_file)]
     deleted = set(plan.row_deletes)
     surviving = [row for row in rows if row.row_id not in deleted]
-    final_rows = _renumber([row.entry for row in surviving] + plan.row_inserts)
+    final_rows = numbered([row.entry for row in surviving] + plan.row_inserts)
     plan.row_restamps = [
         (row.row_id, final.entry_id)
         for row, final in zip(surviving, final_rows, strict=False)
         if row.stored_id != final.entry_id
     ]
     plan.row_inserts = final_rows[len(surviving) :]
-
-
-def additions_as_new_entries(entries: Iterable[Entry]) -> list[NewEntry]:
-    return [NewEntry(entry.scope, entry.ts, entry.content) for entry in entries]

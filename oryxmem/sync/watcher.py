@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import errno
 import logging
-import os
 import random
 import threading
 import time
@@ -40,12 +39,14 @@ from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver
 from watchdog.observers.polling import PollingObserver
 
+from oryxmem.clock import clock_for
 from oryxmem.config import Config
 from oryxmem.errors import log_failure
-from oryxmem.service import MemoryService
-from oryxmem.store.db import write_transaction
-from oryxmem.store.markdown import MarkdownMemoryStore, stat_key
-from oryxmem.sync import table
+from oryxmem.fileio import file_stat
+from oryxmem.store import rows
+from oryxmem.store.base import StoreLimits
+from oryxmem.store.db import connect, write_transaction
+from oryxmem.store.markdown import MarkdownFiles
 from oryxmem.sync.engine import AgentReport, SyncEngine
 from oryxmem.workspace import GLOBAL_AGENT, Workspace
 
@@ -127,13 +128,21 @@ class SyncWatcher:
         rescan_seconds: float = RESCAN_SECONDS,
         on_report: Callable[[AgentReport], None] | None = None,
         force_polling: bool = False,
-        markdown_stores: dict[str, MarkdownMemoryStore] | None = None,
+        files: MarkdownFiles | None = None,
+        config: Config | None = None,
     ) -> None:
+        """``files`` are the stores shared with the process's other threads (the daemon's
+        memory thread); without them the watcher has its own."""
         self.workspace = workspace
-        self.service = MemoryService(
-            workspace, Config.load(workspace.config_path), markdown_stores=markdown_stores
+        config = config or Config.load(workspace.config_path)
+        self._owns_files = files is None
+        self.files = files or MarkdownFiles(
+            workspace,
+            clock=clock_for(config.timezone),
+            limits=StoreLimits(config.archival_limit_chars, config.max_content_chars),
         )
-        self.engine = SyncEngine(self.service)
+        self.db = connect(workspace.db_path)  # this thread's own connection
+        self.engine = SyncEngine(workspace, self.db, self.files, config)
         self.rescan_seconds = rescan_seconds
         self.on_report = on_report
         self.force_polling = force_polling
@@ -148,10 +157,13 @@ class SyncWatcher:
         self.reconciles = 0
         self.overflows = 0
         self._rescan_now = False
+        self._deferred: set[str] = set()  # agents whose reconcile waits (git is busy)
         self._overflow_hook = _OverflowHook(self)
         # Called before each round of reconciles: the daemon mirrors the saves it has
         # acknowledged, so their history is there to judge a stale editor buffer by.
         self.before_reconcile: Callable[[], None] = lambda: None
+        # Called after a round that changed rows: the daemon's indexes catch up.
+        self.after_reconcile: Callable[[], None] = lambda: None
 
     # --- hints ------------------------------------------------------------------
 
@@ -160,14 +172,9 @@ class SyncWatcher:
         file, its directory)? Only when the file still has exactly the stat that write
         left: any other writer changes it. Skipping these keeps a save from waking the
         sync thread (whose reconcile would hold the file's lock)."""
-        store = self.service.markdown_store(agent)
+        store = self.files.get(agent)
         written = store.written_key
-        if written is None:
-            return False
-        try:
-            return stat_key(os.stat(store.path)) == written
-        except FileNotFoundError:
-            return False
+        return written is not None and file_stat(store.path) == written
 
     def rescan_soon(self, why: str) -> None:
         """Check every agent now: events were lost."""
@@ -233,7 +240,9 @@ class SyncWatcher:
             self.observer.join(timeout=5)
         if self._thread is not None:
             self._thread.join(timeout=30)
-        self.service.close()
+        self.db.close()
+        if self._owns_files:
+            self.files.close()
 
     @property
     def alive(self) -> bool:
@@ -265,23 +274,31 @@ class SyncWatcher:
                 version = self._data_version()
                 if version != data_version:  # another connection committed
                     data_version = version
-                    due += self._pass(lambda: table.agents_with_pending_changes(self.engine.db))
+                    due += self._pass(lambda: rows.agents_with_pending_changes(self.db))
             if now >= next_rescan:
                 next_rescan = self._next_rescan()
                 due += self._pass(self.engine.due_agents)
                 self._pass(self._prune)
             if due:
                 self.before_reconcile()
-            for agent in sorted(set(due)):
-                self._reconcile(agent)
+            if any([self._reconcile(agent) for agent in sorted(set(due))]):
+                self.after_reconcile()
 
-    def _reconcile(self, agent: str) -> None:
+    def _reconcile(self, agent: str) -> bool:
+        """Reconcile one agent; True when it changed rows."""
         reports = self._pass(lambda: [self.engine.reconcile_agent(agent)])
         if not reports or reports[0].status == "deferred":
             self.schedule(agent, RETRY_SECONDS)
+        if reports and reports[0].status == "deferred":
+            if agent not in self._deferred:  # said once, not at every retry
+                self._deferred.add(agent)
+                log.info("%s", reports[0].summary())
+        else:
+            self._deferred.discard(agent)
         self.reconciles += 1
         if reports and self.on_report is not None:
             self.on_report(reports[0])
+        return bool(reports) and (reports[0].drift or bool(reports[0].quarantined))
 
     def _pass(self, work: Callable[[], list[T]]) -> list[T]:
         """Run one piece of work; an error is logged and retried later, never fatal."""
@@ -295,11 +312,11 @@ class SyncWatcher:
         return result
 
     def _prune(self) -> list[int]:
-        with write_transaction(self.engine.db):
-            return [table.prune_changes(self.engine.db)]
+        with write_transaction(self.db):
+            return [rows.prune_changes(self.db)]
 
     def _data_version(self) -> int:
-        value = self.engine.db.conn.execute("PRAGMA data_version").fetchone()[0]
+        value = self.db.conn.execute("PRAGMA data_version").fetchone()[0]
         return int(value)
 
     def _next_rescan(self) -> float:

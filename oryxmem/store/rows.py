@@ -1,29 +1,32 @@
-"""The memory_entries side of sync: rows in, plans out, history and sync_state kept.
+"""The rows of memory_entries and what is kept beside them: history, quarantine, sync_state.
 
-Every function here runs inside the caller's write transaction (BEGIN
-IMMEDIATE), so the rows, their index, the history and the agreed state change
-together or not at all.
+The rows are the contract other programs write with plain SQL; the triggers of
+schema.py log every write in memory_changes. Every function here that writes
+runs inside the caller's write transaction (BEGIN IMMEDIATE), so the rows, the
+history and the agreed state change together or not at all. ``mirror_appends``
+is how a save reaches the rows; the sync engine uses the rest to reconcile.
 """
 
 from __future__ import annotations
 
-import os
+import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from oryxmem.clock import TIMESTAMP_RE
 from oryxmem.errors import OryxError
-from oryxmem.store.db import Executes, insert_values
-from oryxmem.store.format import SCOPES, TIMESTAMP_RE, Entry, normalize_content
-from oryxmem.store.sqlite import insert_indexed_rows
-from oryxmem.sync.reconcile import Plan, RowState, number_rows
+from oryxmem.fileio import FileStat
+from oryxmem.store.db import Executes, insert_values, select_in
+from oryxmem.store.format import SCOPES, Entry, EntryIds, normalize_content
+from oryxmem.store.markdown import Append
 from oryxmem.workspace import agent_name_problem
 
 if TYPE_CHECKING:
     from sqlite_utils import Database
 
-
-FileStat = tuple[int | None, int | None, int | None]  # (inode, size, mtime_ns)
+# (row id, the entry id it had when both sides last agreed, scope, ts, content)
+RowTuple = tuple[int, str | None, str, str | None, str]
 
 
 @dataclass(frozen=True)
@@ -32,19 +35,14 @@ class SyncState:
 
     agent: str
     path: str
-    size: int | None
-    mtime_ns: int | None
-    inode: int | None
+    file_stat: FileStat | None  # None: there was no file
     sha256: str | None
     agreed: list[str]
     status: str
     detail: str | None
     change_seq: int
-
-    @property
-    def file_stat(self) -> FileStat:
-        """The file's (inode, size, mtime_ns) when both sides last agreed."""
-        return (self.inode, self.size, self.mtime_ns)
+    # Lines of the file that are kept as they are but are not entries: (line, text).
+    notes: list[tuple[int, str]] = field(default_factory=list)
 
 
 def insert_waiting_row(db: Database, agent: str, entry: Entry, source: str) -> None:
@@ -77,14 +75,20 @@ def row_problem(
     return None
 
 
-def quarantine_invalid_rows(db: Database, agent: str, max_content_chars: int) -> list[str]:
-    """Move this agent's rule-breaking rows to memory_quarantine; strip padded content."""
+def quarantine_invalid_rows(
+    db: Database, agent: str, max_content_chars: int, since_seq: int
+) -> list[str]:
+    """Move this agent's rule-breaking rows to memory_quarantine; strip padded content.
+
+    Only rows another program wrote can break the rules: those it inserted (no entry
+    id yet) and those it changed after ``since_seq`` (the change log says which)."""
     reasons = []
     rows = db.execute(
-        "SELECT id, scope, ts, content FROM memory_entries WHERE agent = ? AND entry_id IS NULL"
-        " UNION SELECT id, scope, ts, content FROM memory_entries"
-        " WHERE agent = ? AND indexed = 0",
-        [agent, agent],
+        "SELECT id, scope, ts, content FROM memory_entries WHERE agent = ?1 AND entry_id IS NULL"
+        " UNION SELECT e.id, e.scope, e.ts, e.content FROM memory_changes c"
+        " JOIN memory_entries e ON e.id = c.row_id"
+        " WHERE c.agent = ?1 AND c.op = 'update' AND c.seq > ?2 AND e.agent = ?1",
+        [agent, since_seq],
     ).fetchall()
     for row_id, scope, ts, content in rows:
         problem = row_problem(agent, scope, ts, content, max_content_chars)
@@ -133,40 +137,44 @@ def quarantine_agent(db: Database, agent: str) -> int:
     return len(rows)
 
 
-def read_rows(db: Database, agent: str) -> list[RowState]:
-    rows = db.execute(
+def read_rows(db: Database, agent: str) -> list[RowTuple]:
+    """The agent's rows in file order (core, then archival)."""
+    rows: list[RowTuple] = db.execute(
         "SELECT id, entry_id, scope, ts, content FROM memory_entries WHERE agent = ?"
         " ORDER BY scope, seq, id",
         [agent],
-    )
-    return number_rows(rows)
+    ).fetchall()
+    return rows
 
 
 def read_state(db: Executes, agent: str, *, with_agreed: bool = True) -> SyncState | None:
     """The agreed state; without with_agreed the id list (large for a large file) is skipped."""
     row = db.execute(
-        "SELECT agent, path, size, mtime_ns, inode, sha256, status, detail, change_seq"
-        " FROM sync_state WHERE agent = ?",
+        "SELECT agent, path, inode, size, mtime_ns, ctime_ns, sha256, status, detail,"
+        " change_seq, notes FROM sync_state WHERE agent = ?",
         [agent],
     ).fetchone()
     if row is None:
         return None
-    agent_, path, size, mtime_ns, inode, sha, status, detail, change_seq = row
+    agent_, path, inode, size, mtime_ns, ctime_ns, sha, status, detail, change_seq, notes = row
     agreed = (
         [r[0] for r in db.execute("SELECT entry_id FROM sync_agreed WHERE agent = ?", [agent])]
         if with_agreed
         else []
     )
-    return SyncState(agent_, path, size, mtime_ns, inode, sha, agreed, status, detail, change_seq)
+    stat = None if inode is None else FileStat(inode, size, mtime_ns, ctime_ns or 0)
+    kept = [(int(line), str(text)) for line, text in json.loads(notes or "[]")]
+    return SyncState(agent_, path, stat, sha, agreed, status, detail, change_seq, kept)
 
 
-def file_stat(path: str | os.PathLike[str]) -> FileStat | None:
-    """The file's (inode, size, mtime_ns) as sync compares it; None: there is no file."""
-    try:
-        info = os.stat(path)
-    except FileNotFoundError:
-        return None
-    return (info.st_ino, info.st_size, info.st_mtime_ns)
+def agreed_file_stats(db: Executes) -> dict[str, FileStat | None]:
+    """Each agent in sync (status ok) and its file's stat as last agreed (None: no file)."""
+    return {
+        agent: None if inode is None else FileStat(inode, size, mtime_ns, ctime_ns or 0)
+        for agent, inode, size, mtime_ns, ctime_ns in db.execute(
+            "SELECT agent, inode, size, mtime_ns, ctime_ns FROM sync_state WHERE status = 'ok'"
+        )
+    }
 
 
 def is_current(db: Executes, state: SyncState, stat: FileStat | None = None) -> bool:
@@ -179,33 +187,34 @@ def is_current(db: Executes, state: SyncState, stat: FileStat | None = None) -> 
     )
 
 
-def is_settled(db: Executes, agent: str, stat: FileStat) -> bool:
-    """Is the agent in sync with its file as it is now? Cheap: no id list is read."""
+def is_settled(db: Executes, agent: str, stat: FileStat | None) -> bool:
+    """Is the agent in sync with its file as it is now (its stat)? Cheap: no id list is read."""
     state = read_state(db, agent, with_agreed=False)
-    return state is not None and is_current(db, state, stat)
+    return stat is not None and state is not None and is_current(db, state, stat)
 
 
 def write_state(db: Database, state: SyncState, previous: Sequence[str] | None = None) -> None:
     """Record what both sides agree on. With ``previous`` (the agreed ids before), only the
     difference is written: a save to a 100,000-entry file adds one row, not 100,000."""
+    stat = state.file_stat
     db.execute(
-        "INSERT INTO sync_state(agent, path, size, mtime_ns, inode, sha256, status, detail,"
-        " change_seq, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?,"
+        "INSERT INTO sync_state(agent, path, inode, size, mtime_ns, ctime_ns, sha256, status,"
+        " detail, change_seq, notes, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,"
         " strftime('%Y-%m-%d %H:%M:%S', 'now', 'localtime'))"
-        " ON CONFLICT(agent) DO UPDATE SET path = excluded.path, size = excluded.size,"
-        " mtime_ns = excluded.mtime_ns, inode = excluded.inode, sha256 = excluded.sha256,"
-        " status = excluded.status, detail = excluded.detail,"
-        " change_seq = excluded.change_seq, updated_at = excluded.updated_at",
+        " ON CONFLICT(agent) DO UPDATE SET path = excluded.path, inode = excluded.inode,"
+        " size = excluded.size, mtime_ns = excluded.mtime_ns, ctime_ns = excluded.ctime_ns,"
+        " sha256 = excluded.sha256, status = excluded.status, detail = excluded.detail,"
+        " change_seq = excluded.change_seq, notes = excluded.notes,"
+        " updated_at = excluded.updated_at",
         [
             state.agent,
             state.path,
-            state.size,
-            state.mtime_ns,
-            state.inode,
+            *(stat if stat is not None else (None, None, None, None)),
             state.sha256,
             state.status,
             state.detail,
             state.change_seq,
+            json.dumps(state.notes, ensure_ascii=False),
         ],
     )
     if previous is None:
@@ -250,12 +259,14 @@ def has_pending_changes(db: Executes, agent: str, since_seq: int) -> bool:
 
 
 def prune_changes(db: Database) -> int:
-    """Forget changes every agent they name has taken in; they are hints, not records."""
+    """Forget changes that every agent they name and every derived index have taken in:
+    the change log is a queue of hints, not a record (memory_history is that)."""
     cursor = db.execute(
         "DELETE FROM memory_changes WHERE seq <= coalesce("
         " (SELECT change_seq FROM sync_state WHERE agent = memory_changes.agent), 0)"
         " AND (old_agent IS NULL OR seq <= coalesce("
         " (SELECT change_seq FROM sync_state WHERE agent = memory_changes.old_agent), 0))"
+        " AND seq <= coalesce((SELECT min(cursor) FROM index_state), seq)"
     )
     return cursor.rowcount
 
@@ -306,84 +317,67 @@ def record_history(
         record_history_rows(db, [(agent, op, source, scope, None, None, _text(content), detail)])
 
 
-def index_rows(db: Database, agent: str) -> int:
-    """Put this agent's unindexed rows in the recall index (SQL cannot casefold)."""
-    rows = db.execute(
-        "SELECT id, content FROM memory_entries INDEXED BY memory_entries_unindexed"
-        " WHERE agent = ?1 AND scope = 'core' AND indexed = 0"
-        " UNION ALL SELECT id, content FROM memory_entries INDEXED BY memory_entries_unindexed"
-        " WHERE agent = ?1 AND scope = 'archival' AND indexed = 0",
-        [agent],
-    ).fetchall()
-    for row_id, content in rows:
-        db.execute("DELETE FROM memory_fts WHERE rowid = ?", [row_id])
-        db.execute(
-            "INSERT INTO memory_fts(rowid, folded) VALUES (?, ?)", [row_id, content.casefold()]
-        )
-        db.execute("UPDATE memory_entries SET indexed = 1 WHERE id = ?", [row_id])
-    return len(rows)
-
-
-def apply_plan_to_rows(db: Database, agent: str, plan: Plan, file_entries: Sequence[Entry]) -> None:
-    """Make the rows match what the plan decided, and write every add and remove to history."""
-    events: list[HistoryRow] = []
-    losers = {row_id: (entry, why) for row_id, entry, why in plan.lost}
-    doomed = set(plan.row_deletes)
-    if doomed:
-        for row_id, scope, ts, content, entry_id in db.execute(
-            f"SELECT id, scope, ts, content, entry_id FROM memory_entries"
-            f" WHERE id IN ({','.join('?' * len(doomed))})",
-            list(doomed),
-        ).fetchall():
-            if row_id in losers:
-                events.append(history_row(agent, "lost", "db", *losers[row_id]))
-            else:
-                entry = Entry(scope, ts, content, entry_id)
-                events.append(history_row(agent, "remove", "file", entry))
-        db.conn.executemany("DELETE FROM memory_entries WHERE id = ?", [[r] for r in doomed])
-    by_id = {entry.entry_id: entry for entry in file_entries}
-    events += [history_row(agent, "remove", "db", by_id[i]) for i in plan.file_removals]
-    restored = set(plan.restored)
-    events += [
-        history_row(agent, "restore" if entry in restored else "add", "db", entry)
-        for entry in plan.file_additions
-    ]
-    insert_rows(db, agent, plan.row_inserts, "file")
-    events += [history_row(agent, "add", "file", entry) for entry in plan.row_inserts]
-    db.conn.executemany(
-        "UPDATE memory_entries SET entry_id = ? WHERE id = ?",
-        [[entry_id, row_id] for row_id, entry_id in plan.row_restamps],
-    )
-    record_history_rows(db, events)
-
-
 def entries_not_in_rows(db: Executes, agent: str, entries: Sequence[Entry]) -> list[Entry]:
     """The entries whose ids no row of the agent has yet."""
-    present: set[str] = set()
-    ids = [entry.entry_id for entry in entries]
-    for at in range(0, len(ids), 500):  # under SQLite's limit on parameters
-        chunk = ids[at : at + 500]
-        marks = ", ".join("?" * len(chunk))
-        present.update(
-            row[0]
-            for row in db.execute(
-                f"SELECT entry_id FROM memory_entries WHERE agent = ? AND entry_id IN ({marks})",
-                [agent, *chunk],
-            )
+    present = {
+        row[0]
+        for row in select_in(
+            db,
+            "SELECT entry_id FROM memory_entries WHERE agent = ? AND entry_id IN ({marks})",
+            [entry.entry_id for entry in entries],
+            [agent],
         )
+    }
     return [entry for entry in entries if entry.entry_id not in present]
 
 
+ENTRY_COLUMNS = "e.id, e.scope, e.ts, e.content, e.entry_id, e.seq"
+
+
+def entry_from_row(row: Any) -> Entry:
+    """The entry a row of ENTRY_COLUMNS holds (one another program wrote has no id yet)."""
+    _, scope, ts, content, entry_id, _ = row
+    return Entry(scope, ts, content, entry_id or EntryIds().allocate(scope, ts, content))
+
+
+def entries_by_row_id(db: Executes, row_ids: Sequence[int]) -> list[Entry]:
+    """The entries of these rows, in the order given (rows gone since are left out)."""
+    found = {
+        row[0]: row
+        for row in select_in(
+            db, f"SELECT {ENTRY_COLUMNS} FROM memory_entries e WHERE e.id IN ({{marks}})", row_ids
+        )
+    }
+    return [entry_from_row(found[row_id]) for row_id in row_ids if row_id in found]
+
+
+def ids_of_repeats(db: Executes, agent: str, key: str) -> list[str]:
+    """The ids of the agent's rows that are copies of the entry whose first id is key."""
+    rows = db.execute(
+        "SELECT entry_id FROM memory_entries WHERE agent = ?1 AND entry_id >= ?2"
+        " AND entry_id < ?2 || '.'",
+        [agent, key],
+    )
+    return [row[0] for row in rows]
+
+
 def insert_rows(db: Database, agent: str, entries: Sequence[Entry], source: str) -> None:
-    """Insert rows that mirror entries of the file (their ids as agreed), already indexed."""
+    """Rows that mirror entries of the file (their ids as agreed), after the others of their
+    section, a hundred to a statement. The caller holds a write transaction, so the row
+    ids after the largest are ours to give (the ones SQLite would have chosen)."""
     if not entries:
         return
     next_seq = _next_seqs(db, agent)
-    rows = []
-    for entry in entries:
-        rows.append((entry, next_seq[entry.scope]))
+    last = db.execute("SELECT coalesce(max(id), 0) FROM memory_entries").fetchone()[0]
+    values = []
+    for row_id, entry in enumerate(entries, last + 1):
+        values.append((row_id, agent, *entry, next_seq[entry.scope], source))
         next_seq[entry.scope] += 1
-    insert_indexed_rows(db, agent, rows, source)
+    insert_values(
+        db,
+        "INSERT INTO memory_entries(id, agent, scope, ts, content, entry_id, seq, source)",
+        values,
+    )
 
 
 def _next_seqs(db: Database, agent: str) -> dict[str, int]:
@@ -416,15 +410,97 @@ def quarantined(db: Database) -> Iterable[dict[str, Any]]:
         yield dict(zip(keys, row, strict=True))
 
 
-def sync_summary(db: Database) -> dict[str, Any]:
-    """Agents per sync status, the ones with a problem, and the quarantined rows."""
+def sync_summary(db: Database, recent_repairs: int = 5) -> dict[str, Any]:
+    """Agents per sync status, the ones with a problem, the quarantined rows, the lines
+    the files keep that are not entries, and the latest repairs after a crash."""
     statuses: dict[str, int] = {}
     problems = []
-    for agent, status, detail in db.execute(
-        "SELECT agent, status, detail FROM sync_state ORDER BY agent"
+    kept = []
+    for agent, path, status, detail, notes in db.execute(
+        "SELECT agent, path, status, detail, notes FROM sync_state ORDER BY agent"
     ):
         statuses[status] = statuses.get(status, 0) + 1
         if status != "ok":
             problems.append({"agent": agent, "status": status, "detail": detail})
+        for line, text in json.loads(notes or "[]"):
+            kept.append({"agent": agent, "path": path, "line": line, "text": text})
     quarantined = db.execute("SELECT count(*) FROM memory_quarantine").fetchone()[0]
-    return {"agents": statuses, "problems": problems, "quarantined_rows": quarantined}
+    repairs = [
+        {"at": at, "agent": agent, "detail": detail}
+        for at, agent, detail in db.execute(
+            "SELECT at, agent, detail FROM memory_history WHERE op = 'repair'"
+            " ORDER BY id DESC LIMIT ?",
+            [recent_repairs],
+        )
+    ]
+    return {
+        "agents": statuses,
+        "problems": problems,
+        "quarantined_rows": quarantined,
+        "kept_lines": kept,
+        "repairs": repairs,
+    }
+
+
+def agreed_state(
+    db: Database,
+    agent: str,
+    path: str,
+    stat: FileStat | None,
+    sha: str | None,
+    agreed: list[str],
+    notes: Sequence[tuple[int, str]] = (),
+) -> SyncState:
+    """The state both sides agree on now: status ok, every change so far taken in."""
+    return SyncState(
+        agent=agent,
+        path=path,
+        file_stat=stat,
+        sha256=sha,
+        agreed=agreed,
+        status="ok",
+        detail=None,
+        change_seq=latest_change_seq(db),
+        notes=list(notes),
+    )
+
+
+def mirror_appends(
+    db: Database, agent: str, path: str, appends: Sequence[Append], source: str
+) -> bool:
+    """Mirror entries just appended to MEMORY.md into the rows; the caller holds a write
+    transaction.
+
+    ``appends`` are consecutive appends of this process, each with the file's stat
+    before and after it. The entries always become rows (those a reconcile has not
+    taken in already), with their history: so they are kept even if the file loses
+    them before the next reconcile (a stale editor buffer, a branch switched), which
+    then puts them back. When the agreed state matches the file as it was before one
+    of the appends (and no row changed since), the state moves to the last stat and
+    True says both sides agree; otherwise (someone else wrote too) returns False:
+    reconcile soon.
+    """
+    entries = [entry for append in appends for entry in append.entries]
+    record_history_rows(db, [history_row(agent, "add", source, entry) for entry in entries])
+    # Whether both sides agreed just before these appends: asked before the rows go in
+    # (their insert is itself a change to the rows).
+    state = read_state(db, agent, with_agreed=False)
+    start: int | None = None
+    all_taken = False
+    if state is None:  # a new agent: in sync if neither side had anything yet
+        has_rows = db.execute(
+            "SELECT 1 FROM memory_entries WHERE agent = ? LIMIT 1", [agent]
+        ).fetchone()
+        start = 0 if appends[0].before is None and has_rows is None else None
+    elif is_current(db, state):  # status ok, no row changed since
+        stats = [append.before for append in appends]
+        start = stats.index(state.file_stat) if state.file_stat in stats else None
+        all_taken = start is None and appends[-1].after == state.file_stat
+    missing = entries_not_in_rows(db, agent, entries)
+    insert_rows(db, agent, missing, source)
+    if start is None:
+        return all_taken and not missing
+    agreed = [e.entry_id for append in appends[start:] for e in append.entries]
+    notes = state.notes if state is not None else []
+    write_state(db, agreed_state(db, agent, path, appends[-1].after, None, agreed, notes), [])
+    return True

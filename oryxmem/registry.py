@@ -1,0 +1,68 @@
+"""Every extension point, registered by name in one place: backends, indexes, strategies.
+
+An entry names the class that implements it as ``"module:Class"``, so knowing the
+names (config checks its values against them) imports nothing: the embedding
+model, numpy or mem0 are imported only when an entry is used. A built-in is
+registered exactly as an addition would be: one file, and one line here.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from oryxmem.errors import BackendUnavailableError
+
+
+@dataclass(frozen=True)
+class Registry:
+    """Named implementations of one kind of thing."""
+
+    kind: str  # what an entry is, for messages: "memory backend", "index", ...
+    entries: Mapping[str, str]  # name -> "module:attribute"
+    # name -> the pip extra it needs, for the message when it is not installed
+    extras: Mapping[str, str] = field(default_factory=dict)
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(self.entries)
+
+    def load(self, name: str) -> Any:
+        """The implementation registered as ``name``, imported now."""
+        try:
+            target = self.entries[name]
+        except KeyError:
+            known = ", ".join(self.entries)
+            raise BackendUnavailableError(f"no {self.kind} {name!r}; known: {known}") from None
+        module_name, _, attribute = target.partition(":")
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as error:
+            extra = self.extras.get(name)
+            hint = f"; install it with: pip install 'oryxmem[{extra}]'" if extra else ""
+            raise BackendUnavailableError(
+                f"the {self.kind} {name!r} cannot be loaded ({error}){hint}"
+            ) from None
+        return getattr(module, attribute)
+
+
+# Where long-term memory is read from (memory.backend). Every save lands in MEMORY.md
+# first, whatever the backend; the others are mirrors of it that answer reads.
+BACKENDS = Registry(
+    "memory backend",
+    {
+        "markdown": "oryxmem.store.markdown:MarkdownMemoryStore",
+        "sqlite": "oryxmem.backends.sqlite:SqliteMemoryStore",
+        "mem0": "oryxmem.backends.mem0:Mem0MemoryStore",  # not built yet: says so when used
+    },
+)
+
+# Derived indexes over the rows of memory_entries (DESIGN section 11), each fed from
+# memory_changes through its own cursor; see oryxmem/index/__init__.py.
+INDEXES = Registry(
+    "index",
+    {
+        "keyword": "oryxmem.index.keyword:KeywordIndex",
+    },
+)
