@@ -20,16 +20,16 @@ from oryxmem import __version__
 from oryxmem import config as config_module
 from oryxmem.config import Config
 from oryxmem.errors import DaemonUnavailableError, OryxError
-from oryxmem.fileio import raise_open_file_limit
 from oryxmem.payloads import agents_data, context_data, memory_data, recall_data, save_data
-from oryxmem.service import MemoryService
-from oryxmem.store import rows
 from oryxmem.store.format import ARCHIVAL, SCOPES, escape_content
-from oryxmem.store.rows import sync_summary
 from oryxmem.workspace import init_workspace, open_workspace, resolve_agent, socket_path
 
 if TYPE_CHECKING:
     from oryxmem.client import Client
+    from oryxmem.service import MemoryService
+
+# Imported where a command needs them, not here: a call the daemon answers imports
+# neither the stores nor SQLite (oryxmem.service, oryxmem.store.rows, oryxmem.fileio).
 
 F = TypeVar("F", bound=Callable[..., Any])
 EXIT_ERROR = 1
@@ -46,6 +46,8 @@ class Context:
     @property
     def service(self) -> MemoryService:
         if self._service is None:
+            from oryxmem.service import MemoryService
+
             self._service = MemoryService.open(self.root)
         return self._service
 
@@ -206,16 +208,16 @@ def recall(ctx: Context, agent: str | None, keyword: str, as_json: bool) -> None
 
 
 def _table(title: str, entries: list[dict[str, Any]]) -> list[str]:
-    rows = [f"{title} ({len(entries)})"]
+    lines = [f"{title} ({len(entries)})"]
     if not entries:
-        return [*rows, "  (none)"]
+        return [*lines, "  (none)"]
     width = len(str(len(entries)))
-    rows.append(f"  {'#':>{width}}  {'TIME':<19}  CONTENT")
+    lines.append(f"  {'#':>{width}}  {'TIME':<19}  CONTENT")
     for number, entry in enumerate(entries, 1):
         line = entry["line"]
         content = line.split("] ", 1)[1] if entry["ts"] else line[2:]
-        rows.append(f"  {number:>{width}}  {entry['ts'] or '-':<19}  {content}")
-    return rows
+        lines.append(f"  {number:>{width}}  {entry['ts'] or '-':<19}  {content}")
+    return lines
 
 
 @cli.command()
@@ -311,6 +313,8 @@ def install_systemd(ctx: Context, unit_dir: Path | None) -> None:
 @pass_context
 def status(ctx: Context, socket_only: bool, as_json: bool) -> None:
     """Is the daemon running? Its socket, the agents' sync state, the last errors."""
+    from oryxmem.store import rows
+
     workspace = open_workspace(ctx.root)
     path = socket_path(workspace, Config.load(workspace.config_path))
     if socket_only:
@@ -327,7 +331,7 @@ def status(ctx: Context, socket_only: bool, as_json: bool) -> None:
         "status": "stopped",
         "workspace": str(workspace.root),
         "socket": str(path),
-        "sync": sync_summary(ctx.service.db),
+        "sync": rows.sync_summary(ctx.service.db),
     }
     if as_json:
         emit_json(data)
@@ -364,6 +368,8 @@ def status(ctx: Context, socket_only: bool, as_json: bool) -> None:
 @pass_context
 def sync(ctx: Context, agent: str | None, check: bool, watch: bool, as_json: bool) -> None:
     """Make every MEMORY.md and the memory_entries table agree (one pass, no daemon needed)."""
+    from oryxmem.fileio import raise_open_file_limit
+
     raise_open_file_limit()  # a lock file stays open per agent synced
     if watch:
         _watch(ctx)
@@ -441,6 +447,8 @@ class _NoBar:
 def history(ctx: Context, agent: str | None, limit: int, as_json: bool) -> None:
     """What was added and removed, when, and by which source (file, db, socket)."""
     name = None if agent is None else ctx.service.resolve(agent).agent
+    from oryxmem.store import rows
+
     events = rows.history(ctx.service.db, name, limit)
     if as_json:
         emit_json(events)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from oryxmem.service import AgentSummary, MemoryService, MemoryView, RecallResult, SaveResult
 from oryxmem.store.format import Entry
 from oryxmem.workspace import AgentRef
+
+if TYPE_CHECKING:  # the CLI's daemon path imports this module, and never the service
+    from oryxmem.service import AgentSummary, MemoryService, MemoryView, RecallResult, SaveResult
 
 
 def agent_data(ref: AgentRef) -> dict[str, Any]:

@@ -21,12 +21,19 @@ class Registry:
     """Named implementations of one kind of thing."""
 
     kind: str  # what an entry is, for messages: "memory backend", "index", ...
-    entries: Mapping[str, str]  # name -> "module:attribute"
+    entries: dict[str, str]  # name -> "module:attribute"
     # name -> the pip extra it needs, for the message when it is not installed
     extras: Mapping[str, str] = field(default_factory=dict)
 
     def names(self) -> tuple[str, ...]:
         return tuple(self.entries)
+
+    def register(self, name: str, target: str) -> None:
+        """Add an implementation: what the lines below do for the built-in ones (a plugin,
+        or a script, may call it before the first MemoryService is made)."""
+        if ":" not in target:
+            raise ValueError(f"{target!r} is not 'module:attribute'")
+        self.entries[name] = target
 
     def load(self, name: str) -> Any:
         """The implementation registered as ``name``, imported now."""

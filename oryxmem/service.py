@@ -268,7 +268,7 @@ class MemoryService:
         batch = self.prepare_batch(ref, requests)
         self.write_batch(batch)
         self.finish_batch(batch)
-        self.mirror_saves()
+        self.mirror_saves(indexes_follow=True)
         return batch
 
     def prepare_batch(self, ref: AgentRef, requests: Sequence[SaveRequest]) -> SaveBatch:
@@ -357,11 +357,12 @@ class MemoryService:
         """When the oldest save not yet in the rows was written (monotonic), if any."""
         return min((p.since for p in self._unmirrored.values()), default=None)
 
-    def mirror_saves(self) -> list[str]:
-        """Every save written but not yet in the rows goes in, in one transaction, and the
-        indexes that follow saves catch up. Returns the agents whose rows still lag their
-        file (someone else wrote too): reconcile them soon. A failure here loses nothing
-        (the files have every save) and is logged; sync catches up."""
+    def mirror_saves(self, *, indexes_follow: bool = False) -> list[str]:
+        """Every save written but not yet in the rows goes in, in one transaction (with
+        ``indexes_follow``, the indexes that follow saves take a batch in it too). Returns
+        the agents whose rows still lag their file (someone else wrote too): reconcile
+        them soon. A failure here loses nothing (the files have every save) and is
+        logged; sync catches up."""
         if not self._unmirrored:
             return []
         pending, self._unmirrored = self._unmirrored, {}
@@ -375,8 +376,8 @@ class MemoryService:
                     for repair in self.files.get(agent).take_repairs():
                         log.warning("%s", repair)
                         rows.record_history(self.db, agent, "repair", "file", None, repair)
-                # One batch: the rows of these saves, and a step of any rebuild under way.
-                self._catch_up(self._following_saves(), max_steps=1)
+                if indexes_follow:  # the rows of these saves, or a step of a rebuild
+                    self._catch_up(self._following_saves(), max_steps=1)
         except Exception as error:  # the file has them; sync mirrors them. The acks stand.
             log_failure(log, "mirroring saves failed; sync will catch up", error)
         self.mirrors += 1

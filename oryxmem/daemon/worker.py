@@ -21,7 +21,10 @@ maximum age while they keep coming. That age is a trade: a mirror costs far
 less per entry in a big transaction than in many small ones (at 16 clients,
 25 ms gave about 2,700 saves/s here and 250 ms about 3,300), while the memory
 thread, busy with a mirror, starts no append. When there is nothing else to
-do, the thread lets the derived indexes catch up, one batch at a time.
+do, the thread lets the derived indexes catch up, one batch at a time; under
+sustained load the keyword index takes its batch within a mirror, at most
+INDEX_MAX_LAG_SECONDS apart (recall is exact meanwhile: it checks the rows the
+index has not taken in).
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ WRITER_THREADS = 4  # agents whose appends (and fsyncs) run side by side
 MIRROR_IDLE_SECONDS = 0.002
 MIRROR_MAX_AGE_SECONDS = 0.25
 INDEX_IDLE_SECONDS = 0.05  # quiet time before the indexes take another batch
+INDEX_MAX_LAG_SECONDS = 1.0  # under load, how long the keyword index may trail the rows
 
 
 @dataclass
@@ -114,6 +118,7 @@ class MemoryWorker:
         self._accepting = threading.Lock()  # no job is queued after the stop marker
         self._stopping = False
         self._indexes_behind = True  # until a catch-up finds nothing to do
+        self._indexes_caught_up_at = time.monotonic()
 
     def start(self) -> None:
         self._thread.start()
@@ -228,7 +233,13 @@ class MemoryWorker:
             job.future.set_exception(error)
 
     def _mirror(self) -> None:
-        for agent in self.service.mirror_saves():
+        if self.service.unmirrored_since is None:
+            return
+        now = time.monotonic()
+        follow = now - self._indexes_caught_up_at > INDEX_MAX_LAG_SECONDS
+        if follow:
+            self._indexes_caught_up_at = now
+        for agent in self.service.mirror_saves(indexes_follow=follow):
             self.on_lagging(agent)  # the rows lag behind the file: reconcile soon
         self._indexes_behind = True
 
@@ -237,6 +248,7 @@ class MemoryWorker:
             self._indexes_behind = self.service.catch_up_indexes(max_steps=1) > 0
         except Exception as error:  # derived: retried later, never in the way of a save
             log_failure(log, "catching the indexes up failed; will retry", error)
+        self._indexes_caught_up_at = time.monotonic()
 
     # --- saves ------------------------------------------------------------------
 

@@ -152,14 +152,15 @@ def pending(db: Executes, index: DerivedIndex, agent: str | None = None) -> int 
     if state is None or state.identity != index.identity():
         where, args = ("WHERE agent = ?", [agent]) if agent is not None else ("", [])
         return int(db.execute(f"SELECT count(*) FROM memory_entries {where}", args).fetchone()[0])
-    agent_filter = " AND agent = ?" if agent is not None else ""
     args = [agent] if agent is not None else []
     changes = db.execute(
-        f"SELECT count(DISTINCT row_id) FROM memory_changes WHERE seq > ?{agent_filter}",
+        "SELECT count(DISTINCT row_id) FROM memory_changes WHERE seq > ?"
+        + (" AND agent = ?" if agent is not None else ""),
         [state.cursor, *args],
     ).fetchone()[0]
-    backfill = db.execute(
-        f"SELECT count(*) FROM memory_entries WHERE id < ?{agent_filter}",
+    backfill = db.execute(  # by row id ('+agent': the rows below the mark, not the agent's)
+        "SELECT count(*) FROM memory_entries WHERE id < ?"
+        + (" AND +agent = ?" if agent is not None else ""),
         [state.backfill_below, *args],
     ).fetchone()[0]
     return int(changes) + int(backfill)
@@ -171,11 +172,14 @@ def unindexed_row_ids(db: Executes, index: DerivedIndex, agent: str) -> list[int
     if state is None or state.identity != index.identity():
         return None
     rows = db.execute(
-        "SELECT row_id FROM memory_changes WHERE seq > ?1 AND agent = ?2"
-        " UNION SELECT id FROM memory_entries WHERE id < ?3 AND agent = ?2",
-        [state.cursor, agent, state.backfill_below],
-    )
-    return [row[0] for row in rows]
+        "SELECT row_id FROM memory_changes WHERE seq > ? AND agent = ?", [state.cursor, agent]
+    ).fetchall()
+    if state.backfill_below:  # by row id ('+agent': not the agent's index, all its rows)
+        rows += db.execute(
+            "SELECT id FROM memory_entries WHERE id < ? AND +agent = ?",
+            [state.backfill_below, agent],
+        ).fetchall()
+    return sorted({row[0] for row in rows})
 
 
 def is_caught_up(db: Executes, index: DerivedIndex) -> bool:
@@ -200,12 +204,14 @@ def catch_up(db: Database, index: DerivedIndex, max_steps: int | None = None) ->
     while max_steps is None or steps < max_steps:
         steps += 1
         changes = db.execute(
-            "SELECT seq, row_id FROM memory_changes WHERE seq > ? ORDER BY seq LIMIT ?",
+            "SELECT seq, row_id, op FROM memory_changes WHERE seq > ? ORDER BY seq LIMIT ?",
             [state.cursor, index.batch],
         ).fetchall()
         if changes:
-            row_ids = sorted({row_id for _, row_id in changes})
-            index.remove(db, row_ids)
+            row_ids = sorted({row_id for _, row_id, _ in changes})
+            # A row only ever inserted since the cursor is not in the index yet (a row id
+            # used again comes after its row's delete, which is among the changes too).
+            index.remove(db, sorted({row_id for _, row_id, op in changes if op != "insert"}))
             index.add(db, _rows(db, row_ids))
             state = IndexState(state.identity, changes[-1][0], state.backfill_below)
         elif state.backfill_below:

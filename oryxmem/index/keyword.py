@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from oryxmem.index import DerivedIndex, Hit, IndexRow, unindexed_row_ids
 from oryxmem.store.db import Executes, insert_values, select_in
 from oryxmem.store.format import ARCHIVAL, CORE, Entry
-from oryxmem.store.rows import entries_by_row_id
+from oryxmem.store.rows import ENTRY_COLUMNS, entry_from_row
 
 if TYPE_CHECKING:
     from sqlite_utils import Database
@@ -53,15 +53,25 @@ class KeywordIndex(DerivedIndex):
 
     def search(self, db: Executes, agent: str, query: str, limit: int | None) -> list[Hit]:
         """Rows whose content holds query (casefolded), in file order: core, then archival."""
-        folded = query.casefold()
+        rows = self._holding(db, agent, query.casefold(), scope=None)
+        return [Hit(row[0], 1.0) for row in rows[:limit]]
+
+    def recall(self, db: Executes, agent: str, folded_keyword: str) -> list[Entry]:
+        """Recall (DESIGN section 4): the archival entries holding the keyword, in order."""
+        return [entry_from_row(row) for row in self._holding(db, agent, folded_keyword, ARCHIVAL)]
+
+    def _holding(self, db: Executes, agent: str, folded: str, scope: str | None) -> list[Any]:
+        """The agent's rows (ENTRY_COLUMNS) holding the folded text, in file order."""
         if not folded:
             return []
-        columns = "e.id, e.scope, e.seq, e.content"
+        where, args = (
+            ("e.agent = ? AND e.scope = ?", [agent, scope]) if scope else ("e.agent = ?", [agent])
+        )
         pending = unindexed_row_ids(db, self, agent)
         if pending is None:  # never built here: every row is a candidate
-            candidates = list(
-                db.execute(f"SELECT {columns} FROM memory_entries e WHERE e.agent = ?", [agent])
-            )
+            candidates = db.execute(
+                f"SELECT {ENTRY_COLUMNS} FROM memory_entries e WHERE {where}", args
+            ).fetchall()
         else:
             # CROSS JOIN keeps the index as the outer loop: left to itself, the planner
             # walks every row of the agent and runs the MATCH once per row.
@@ -69,28 +79,22 @@ class KeywordIndex(DerivedIndex):
                 match, argument = "memory_fts MATCH ?", fts_phrase(folded)
             else:
                 match, argument = "instr(f.folded, ?) > 0", folded
-            candidates = list(
-                db.execute(
-                    f"SELECT {columns} FROM memory_fts f CROSS JOIN memory_entries e"
-                    f" ON e.id = f.rowid WHERE {match} AND e.agent = ?",
-                    [argument, agent],
-                )
-            )
+            candidates = db.execute(
+                f"SELECT {ENTRY_COLUMNS} FROM memory_fts f CROSS JOIN memory_entries e"
+                f" ON e.id = f.rowid WHERE {match} AND {where}",
+                [argument, *args],
+            ).fetchall()
             candidates += select_in(
                 db,
-                f"SELECT {columns} FROM memory_entries e WHERE e.agent = ? AND e.id IN ({{marks}})",
+                f"SELECT {ENTRY_COLUMNS} FROM memory_entries e WHERE {where}"
+                " AND e.id IN ({marks})",
                 pending,
-                [agent],
+                args,
             )
+        # Every hit is checked against the row's text as it is now: the index may hold an
+        # older text of a row another program changed a moment ago.
         found = {row[0]: row for row in candidates if _holds(row[3], folded)}
-        ordered = sorted(found.values(), key=lambda r: (r[1] != CORE, r[2] or 0, r[0]))
-        return [Hit(row[0], 1.0) for row in ordered[:limit]]
-
-    def recall(self, db: Executes, agent: str, folded_keyword: str) -> list[Entry]:
-        """Recall (DESIGN section 4): the archival entries holding the keyword, in order."""
-        hits = self.search(db, agent, folded_keyword, None)
-        entries = entries_by_row_id(db, [hit.row_id for hit in hits])
-        return [entry for entry in entries if entry.scope == ARCHIVAL]
+        return sorted(found.values(), key=lambda r: (r[1] != CORE, r[5] or 0, r[0]))
 
 
 def _holds(content: Any, folded: str) -> bool:

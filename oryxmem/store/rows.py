@@ -381,14 +381,17 @@ def insert_rows(db: Database, agent: str, entries: Sequence[Entry], source: str)
 
 
 def _next_seqs(db: Database, agent: str) -> dict[str, int]:
-    rows = db.execute(
-        "SELECT scope, coalesce(max(seq), 0) + 1 FROM memory_entries WHERE agent = ?"
-        " GROUP BY scope",
-        [agent],
-    )
-    seqs = dict.fromkeys(SCOPES, 1)
-    seqs.update({scope: int(value) for scope, value in rows})
-    return seqs
+    """The next position in each section: one probe of the (agent, scope, seq) index each."""
+    return {
+        scope: int(
+            db.execute(
+                "SELECT coalesce(max(seq), 0) + 1 FROM memory_entries"
+                " WHERE agent = ? AND scope = ?",
+                [agent, scope],
+            ).fetchone()[0]
+        )
+        for scope in SCOPES
+    }
 
 
 def history(db: Database, agent: str | None, limit: int) -> list[dict[str, Any]]:
