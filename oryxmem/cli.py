@@ -20,7 +20,14 @@ from oryxmem import __version__
 from oryxmem import config as config_module
 from oryxmem.config import Config
 from oryxmem.errors import DaemonUnavailableError, OryxError
-from oryxmem.payloads import agents_data, context_data, memory_data, recall_data, save_data
+from oryxmem.payloads import (
+    agents_data,
+    context_data,
+    memory_data,
+    recall_data,
+    save_data,
+    search_data,
+)
 from oryxmem.store.format import ARCHIVAL, SCOPES, escape_content
 from oryxmem.workspace import init_workspace, open_workspace, resolve_agent, socket_path
 
@@ -194,7 +201,9 @@ def save(ctx: Context, agent: str | None, scope: str, content: str, as_json: boo
 @json_option
 @pass_context
 def recall(ctx: Context, agent: str | None, keyword: str, as_json: bool) -> None:
-    """Print archival entries containing KEYWORD (any case), oldest first."""
+    """Print what recall_memory answers for KEYWORD: by memory.recall, the archival entries
+    that best match it by meaning and words (hybrid, the default; best first), or every
+    one that holds it, in any case (keyword; oldest first)."""
     agent = ctx.agent(agent)
     data = ctx.call(
         lambda client: client.recall(agent, keyword),
@@ -205,6 +214,89 @@ def recall(ctx: Context, agent: str | None, keyword: str, as_json: bool) -> None
         return
     for line in data["lines"]:
         click.echo(line)
+
+
+# The modes of oryxmem.search.MODES (not imported here: it loads numpy; a test checks).
+SEARCH_MODES = ("hybrid", "semantic", "keyword")
+
+
+@cli.command()
+@agent_option
+@click.option(
+    "-k", "--limit", type=click.IntRange(1, 100), default=None, help="How many (recall.limit)."
+)
+@click.option(
+    "--mode",
+    type=click.Choice(SEARCH_MODES),
+    default="hybrid",
+    show_default=True,
+    help="By meaning and words, by meaning only, or by words only.",
+)
+@click.argument("query")
+@json_option
+@pass_context
+def search(
+    ctx: Context, agent: str | None, limit: int | None, mode: str, query: str, as_json: bool
+) -> None:
+    """Print the entries (core and archival) that best answer QUERY, best first, with
+    their score and the arms that found them."""
+    agent = ctx.agent(agent)
+    data = ctx.call(
+        lambda client: client.search(agent, query, limit, mode),
+        lambda service: search_data(service.search(agent, query, limit=limit, mode=mode)),
+    )
+    if as_json:
+        emit_json(data)
+        return
+    for hit in data["hits"]:
+        arms = "+".join(hit["arms"])
+        click.echo(f"{hit['score']:.3f}  {arms:<16} {terminal_safe(hit['line'])}")
+    if data["unembedded"]:
+        click.echo(
+            f"oryxmem: {data['unembedded']} entries are not embedded yet (searched by words"
+            " only); the daemon embeds them, or run 'oryxmem reindex'",
+            err=True,
+        )
+
+
+@cli.command()
+@agent_option
+@json_option
+@pass_context
+def reindex(ctx: Context, agent: str | None, as_json: bool) -> None:
+    """Build the search indexes again from the rows (one agent's, or all): the keyword
+    indexes at once, the vectors with a progress bar (by the daemon when it runs)."""
+    name = ctx.agent(agent) if agent is not None else None
+    show_bar = not as_json and sys.stderr.isatty()
+    client = ctx.client()
+    if client is not None:
+        try:
+            started = client.reindex(name)
+        except DaemonUnavailableError:
+            client = None
+    if client is None:
+        with _progress(show_bar) as bar:
+            done = ctx.service.reindex(name, progress=lambda d, t: bar.set(d, t))
+        data = {"agent": name, "embedded": done, "indexes": ctx.service.index_summary()}
+    else:
+        import time
+
+        with _progress(show_bar) as bar:
+            total = int(started["indexes"].get("vectors", {}).get("pending") or 0)
+            while True:
+                left = int(client.health()["indexes"].get("vectors", {}).get("pending") or 0)
+                bar.set(total - left, total)
+                if not left:
+                    break
+                time.sleep(0.2)
+        data = {"agent": name, "embedded": total, "indexes": client.health()["indexes"]}
+    if as_json:
+        emit_json(data)
+    else:
+        click.echo(
+            f"reindexed {describe(name or '') if name else 'every agent'}:"
+            f" {data['embedded']} entries embedded"
+        )
 
 
 def _table(title: str, entries: list[dict[str, Any]]) -> list[str]:
@@ -437,6 +529,30 @@ class _NoBar:
 
     def update(self, steps: int) -> None:
         return None
+
+
+class _progress:
+    """A bar of done out of a total that may grow, on stderr when it is a terminal."""
+
+    def __init__(self, shown: bool) -> None:
+        self.shown = shown
+        self._bar: Any = None
+
+    def __enter__(self) -> _progress:
+        return self
+
+    def set(self, done: int, total: int) -> None:
+        if not self.shown or total <= 0:
+            return
+        if self._bar is None:
+            self._bar = click.progressbar(length=total, label="embedding", file=sys.stderr)
+            self._bar.__enter__()
+        self._bar.length = total
+        self._bar.update(done - self._bar.pos)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.__exit__(None, None, None)
 
 
 @cli.command()

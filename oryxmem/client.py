@@ -5,6 +5,7 @@
     memory.save("coder", "User prefers tabs.", scope="core")
     memory.recall("coder", "tabs")               # {"lines": [...], ...}
     memory.context("coder")["context"]           # the prompt's memory block
+    memory.search("coder", "what does the user drink?")["hits"]
 
 Errors come back as the same OryxError classes the library raises.
 """
@@ -219,6 +220,21 @@ class Client:
     def recall(self, agent: str | None, keyword: str) -> dict[str, Any]:
         query = urllib.parse.urlencode({"keyword": keyword})
         return dict(self.request("GET", f"{self._prefix(agent)}/memory/recall?{query}"))
+
+    def search(
+        self, agent: str | None, query: str, limit: int | None = None, mode: str = "hybrid"
+    ) -> dict[str, Any]:
+        """The agent's entries ranked for a question (hits with score and arms)."""
+        params: dict[str, str | int] = {"q": query, "mode": mode}
+        if limit is not None:
+            params["k"] = limit
+        query_string = urllib.parse.urlencode(params)
+        return dict(self.request("GET", f"{self._prefix(agent)}/memory/search?{query_string}"))
+
+    def reindex(self, agent: str | None = None) -> dict[str, Any]:
+        """Have the daemon build the indexes again (of one agent, or all); it embeds in
+        the background: health()["indexes"] says how much is left."""
+        return dict(self.request("POST", "/api/v1/reindex", {"agent": agent}))
 
     def memory(self, agent: str | None) -> dict[str, Any]:
         return dict(self.request("GET", f"{self._prefix(agent)}/memory"))

@@ -14,7 +14,7 @@ from typing import Any
 
 from oryxmem.errors import InvalidConfigError
 from oryxmem.fileio import atomic_write
-from oryxmem.registry import BACKENDS
+from oryxmem.registry import BACKENDS, EMBEDDERS
 
 
 @dataclass(frozen=True)
@@ -84,6 +84,49 @@ SETTINGS: tuple[Setting, ...] = (
         str,
         "entry timestamps in local wall-clock time or UTC",
         _one_of("local", "UTC"),
+    ),
+    Setting(
+        "memory.recall",
+        "hybrid",
+        str,
+        "what recall and the recall_memory tool answer: hybrid (ranked by meaning and words,"
+        " best first) or keyword (every archival entry holding the keyword, oldest first)",
+        _one_of("hybrid", "keyword"),
+    ),
+    Setting(
+        "recall.limit",
+        10,
+        int,
+        "entries a hybrid recall or a search returns unless asked for another number",
+        _positive,
+    ),
+    Setting(
+        "recall.embedder",
+        "minilm",
+        str,
+        "what embeds memories for search by meaning: minilm (offline, built in),"
+        " openai-compatible (the /v1/embeddings of recall.embedder_url) or none",
+        _one_of(*EMBEDDERS.names(), "none"),
+    ),
+    Setting(
+        "recall.embedder_threads",
+        2,
+        int,
+        "processor threads the built-in embedder may use",
+        _positive,
+    ),
+    Setting(
+        "recall.embedder_url",
+        "",
+        str,
+        "for openai-compatible: the server, e.g. http://127.0.0.1:11434 (ollama)",
+    ),
+    Setting("recall.embedder_model", "", str, "for openai-compatible: the model name to ask for"),
+    Setting(
+        "recall.embedder_key_env",
+        "",
+        str,
+        "for openai-compatible: the environment variable that holds its API key, if any",
     ),
     Setting("daemon.socket", "", str, "socket path; empty = $XDG_RUNTIME_DIR/oryxmem/<id>.sock"),
     Setting(

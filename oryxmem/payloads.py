@@ -8,7 +8,14 @@ from oryxmem.store.format import Entry
 from oryxmem.workspace import AgentRef
 
 if TYPE_CHECKING:  # the CLI's daemon path imports this module, and never the service
-    from oryxmem.service import AgentSummary, MemoryService, MemoryView, RecallResult, SaveResult
+    from oryxmem.service import (
+        AgentSummary,
+        MemoryService,
+        MemoryView,
+        RecallResult,
+        SaveResult,
+        SearchResult,
+    )
 
 
 def agent_data(ref: AgentRef) -> dict[str, Any]:
@@ -34,7 +41,25 @@ def save_data(result: SaveResult) -> dict[str, Any]:
 
 
 def recall_data(result: RecallResult) -> dict[str, Any]:
-    return {**agent_data(result.agent), "keyword": result.keyword, "lines": result.lines}
+    return {
+        **agent_data(result.agent),
+        "keyword": result.keyword,
+        "strategy": result.strategy,
+        "lines": result.lines,
+    }
+
+
+def search_data(result: SearchResult) -> dict[str, Any]:
+    return {
+        **agent_data(result.agent),
+        "query": result.query,
+        "mode": result.mode,
+        "unembedded": result.unembedded,
+        "hits": [
+            {**entry_data(hit.entry), "score": hit.score, "arms": list(hit.arms)}
+            for hit in result.hits
+        ],
+    }
 
 
 def memory_data(view: MemoryView) -> dict[str, Any]:

@@ -71,5 +71,16 @@ INDEXES = Registry(
     "index",
     {
         "keyword": "oryxmem.index.keyword:KeywordIndex",
+        "bm25": "oryxmem.index.bm25:BM25Index",
+        "vectors": "oryxmem.index.vectors:VectorIndex",
+    },
+)
+
+# What turns text into vectors for the semantic arm (recall.embedder; 'none' turns it off).
+EMBEDDERS = Registry(
+    "embedder",
+    {
+        "minilm": "oryxmem.embed.minilm:MiniLM",
+        "openai-compatible": "oryxmem.embed.remote:OpenAICompatible",
     },
 )

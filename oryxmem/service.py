@@ -16,6 +16,7 @@ which file served it and why.
 from __future__ import annotations
 
 import logging
+import re
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
@@ -26,15 +27,30 @@ from oryxmem.clock import clock_for
 from oryxmem.config import Config
 from oryxmem.errors import (
     EmptyContentError,
+    EmptyKeywordError,
+    InvalidContentError,
+    InvalidFieldError,
     MemoryFileConflictedError,
     OryxError,
     UnsafeAgentNameError,
     log_failure,
 )
 from oryxmem.fileio import FileStat, file_stat
-from oryxmem.index import DerivedIndex, catch_up, is_caught_up, load_indexes
+from oryxmem.index import (
+    DerivedIndex,
+    catch_up,
+    forget_others,
+    is_caught_up,
+    load_indexes,
+    pending,
+    rebuild,
+    upcoming,
+)
+from oryxmem.index.bm25 import BM25Index
 from oryxmem.index.keyword import KeywordIndex
+from oryxmem.index.vectors import VectorIndex
 from oryxmem.registry import BACKENDS
+from oryxmem.search import MODES, POOL, rank
 from oryxmem.store import rows
 from oryxmem.store.base import LongTermMemoryStore, StoreLimits, StoreResources, fold_keyword
 from oryxmem.store.db import BUSY_TIMEOUT_MS, Executes, connect, write_transaction
@@ -59,6 +75,13 @@ log = logging.getLogger("oryxmem")
 # A MEMORY.md this large costs more to parse (about 35 ms per MB) than a look at its
 # rows through a read-only connection: a recall from the CLI asks the rows first.
 ROWS_ANSWER_FROM_BYTES = 256 * 1024
+# A search with no daemon to embed in the background embeds this many steps of the
+# vector index first (64 rows a step), then answers and says what is left.
+SEARCH_EMBED_STEPS = 16
+# A hybrid recall returns an entry the keyword arm did not find only when its meaning is
+# this close to the question (cosine): a recall of 'ci' in a two-entry memory is not
+# answered with both.
+RECALL_MIN_SIMILARITY = 0.3
 
 
 @dataclass(frozen=True)
@@ -75,6 +98,23 @@ class RecallResult:
     agent: AgentRef
     keyword: str
     lines: list[str]
+    strategy: str = "keyword"  # memory.recall: keyword (every match, oldest first) or hybrid
+
+
+@dataclass(frozen=True)
+class SearchHit:
+    entry: Entry
+    score: float  # the fused score, 0 to 1
+    arms: tuple[str, ...]  # which arms found it: keyword, semantic
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    agent: AgentRef
+    query: str
+    mode: str
+    hits: list[SearchHit]
+    unembedded: int  # entries the semantic arm has not embedded yet (not searched by it)
 
 
 @dataclass(frozen=True)
@@ -91,6 +131,9 @@ class AgentSummary:
     core: int | None
     archival: int | None
     problem: str | None
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def fold_whitespace(text: str) -> str:
@@ -178,6 +221,8 @@ class MemoryService:
         self._readers: dict[str, LongTermMemoryStore] = {}
         self._indexes: dict[str, DerivedIndex] | None = None
         self._unmirrored: dict[str, _Unmirrored] = {}
+        # The daemon embeds in a thread of its own; anywhere else a search does some first.
+        self.indexes_in_background = False
         self.batches = 0
         self.saves = 0
         self.mirrors = 0
@@ -398,13 +443,74 @@ class MemoryService:
         return sum(catch_up(self.db, index, max_steps) for index in indexes)
 
     def catch_up_indexes(self, max_steps: int | None = None) -> int:
-        """Bring every index up to the rows (at most max_steps batches each). Returns the
-        rows taken in; 0 when all were current."""
-        behind = [index for index in self.indexes.values() if not is_caught_up(self.db, index)]
+        """Bring the indexes that follow saves up to the rows (at most max_steps batches
+        each). Returns the rows taken in; 0 when all were current."""
+        behind = [index for index in self._following_saves() if not is_caught_up(self.db, index)]
         if not behind:
             return 0
         with write_transaction(self.db):
+            forget_others(self.db, list(self.indexes))
             return self._catch_up(behind, max_steps)
+
+    def embed_step(self) -> int:
+        """One step of each slow index (the vectors): the rows of the next batch are
+        prepared (embedded) outside any transaction, then taken in with a short write.
+        Returns the rows taken in; 0 when all were current."""
+        taken = 0
+        for index in self.indexes.values():
+            if index.follows_saves or is_caught_up(self.db, index):
+                continue
+            index.prepare(upcoming(self.db, index))  # the slow part: no lock held
+            with write_transaction(self.db):
+                taken += catch_up(self.db, index, max_steps=1)
+        return taken
+
+    def vector_index(self) -> VectorIndex | None:
+        index = self.indexes.get("vectors")
+        return index if isinstance(index, VectorIndex) else None
+
+    def start_reindex(self, agent: str | None = None) -> dict[str, Any]:
+        """Have every index take the rows in again (one agent's, or all): the fast ones at
+        once, the vectors by embed_step (the daemon's indexer thread, or reindex())."""
+        self.mirror_saves()
+        name = None if agent is None else self.resolve(agent).agent
+        with write_transaction(self.db):
+            if name is None:
+                for index in self.indexes.values():
+                    rebuild(self.db, index)
+            else:  # a change of each of its rows: every index takes them in again
+                self.db.execute(
+                    "INSERT INTO memory_changes(op, row_id, agent)"
+                    " SELECT 'reindex', id, agent FROM memory_entries WHERE agent = ?",
+                    [name],
+                )
+        self.catch_up_indexes()
+        where, args = ("", []) if name is None else (" WHERE agent = ?", [name])
+        total = self.db.execute(f"SELECT count(*) FROM memory_entries{where}", args).fetchone()
+        return {"agent": name, "entries": int(total[0]), "indexes": self.index_summary()}
+
+    def reindex(
+        self, agent: str | None = None, progress: Callable[[int, int], None] | None = None
+    ) -> int:
+        """start_reindex, then the vectors in this thread; progress(done, total) after each
+        step. Returns how many rows the slow indexes took in."""
+        started = self.start_reindex(agent)
+        total = int(started["indexes"].get("vectors", {}).get("pending") or 0)
+        done = 0
+        while step := self.embed_step():
+            done = min(done + step, total)
+            if progress is not None:
+                progress(done, total)
+        return done
+
+    def index_summary(self) -> dict[str, Any]:
+        """How far each index is behind the rows; the vectors' model too."""
+        summary: dict[str, Any] = {}
+        for name, index in self.indexes.items():
+            summary[name] = {"pending": pending(self.db, index)}
+            if isinstance(index, VectorIndex):
+                summary[name]["model"] = index.embedder.model_id
+        return summary
 
     # --- sync -----------------------------------------------------------------
 
@@ -429,12 +535,75 @@ class MemoryService:
 
     # --- reading --------------------------------------------------------------
 
+    def search(
+        self,
+        agent: str | None,
+        query: str,
+        *,
+        limit: int | None = None,
+        mode: str = "hybrid",
+        scope: str | None = None,
+        min_similarity: float | None = None,
+    ) -> SearchResult:
+        """The agent's entries ranked for a query, best first (search.py says how)."""
+        ref = self.resolve(agent)
+        if mode not in MODES:
+            raise InvalidFieldError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
+        if not query.strip():
+            raise EmptyKeywordError("the search query is empty")
+        if _LONE_SURROGATE.search(query):
+            raise InvalidContentError("the search query holds a lone surrogate (not Unicode)")
+        count = limit or int(self.config.get("recall.limit"))
+        self.catch_up_indexes()  # the keyword arm sees every row (cheap when current)
+        vectors = self.vector_index()
+        if vectors is not None and not self.indexes_in_background:
+            for _ in range(SEARCH_EMBED_STEPS):
+                if not self.embed_step():
+                    break
+        bm25 = self.indexes["bm25"]
+        assert isinstance(bm25, BM25Index)
+        ranking = rank(self.db, ref.agent, query, POOL, mode, bm25, vectors)
+        hits: list[SearchHit] = []
+        for at in range(0, len(ranking.ranked), count):  # the entries of the hits kept only
+            chunk = ranking.ranked[at : at + count]
+            found = rows.entries_by_row_id(self.db, [r.row_id for r in chunk])
+            for ranked in chunk:
+                entry = found.get(ranked.row_id)
+                if entry is None or (scope is not None and entry.scope != scope):
+                    continue
+                if (
+                    min_similarity is not None
+                    and not {"exact", "keyword"} & set(ranked.arms)
+                    and ranked.similarity < min_similarity
+                ):
+                    continue
+                hits.append(SearchHit(entry, round(ranked.score, 6), ranked.arms))
+            if len(hits) >= count:
+                break
+        return SearchResult(ref, query, mode, hits[:count], ranking.unembedded)
+
     def recall(self, agent: str | None, keyword: str) -> RecallResult:
+        """What recall_memory answers: memory.recall says hybrid (the best entries for the
+        question, by meaning and words, best first) or keyword (DESIGN section 4)."""
+        fold_keyword(keyword)  # an empty keyword is the same error either way
+        if self.config.get("memory.recall") == "hybrid":
+            return self.recall_by_meaning(agent, keyword)
         ref = self.resolve(agent)
         entries = self._recall_from_rows(ref.agent, keyword)
         if entries is not None:
             return RecallResult(ref, keyword, [entry.render() for entry in entries])
         return RecallResult(ref, keyword, self.reader(ref).recall(keyword))
+
+    def recall_by_meaning(
+        self, agent: str | None, question: str, limit: int | None = None
+    ) -> RecallResult:
+        """The archival entries that best answer a question, by meaning and words: those
+        the words find, and those whose meaning is close enough (RECALL_MIN_SIMILARITY)."""
+        result = self.search(
+            agent, question, limit=limit, scope=ARCHIVAL, min_similarity=RECALL_MIN_SIMILARITY
+        )
+        lines = [hit.entry.render() for hit in result.hits]
+        return RecallResult(result.agent, question, lines, "hybrid")
 
     def _recall_from_rows(self, agent: str, keyword: str) -> list[Entry] | None:
         """Recall through the keyword index when sync says the rows equal the file right

@@ -12,9 +12,10 @@ PACKAGE = Path(__file__).resolve().parents[1] / "oryxmem"
 # From the ground up. A module may import its own floor and the floors below it.
 FLOORS: list[tuple[str, ...]] = [
     ("__init__", "errors", "clock", "registry", "fileio", "config", "workspace"),
+    ("embed",),
     ("store",),
     ("index",),
-    ("backends",),
+    ("backends", "search"),
     ("sync",),
     ("service", "payloads"),
     ("client",),

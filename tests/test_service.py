@@ -196,6 +196,7 @@ def test_a_large_file_in_sync_is_recalled_from_its_rows_and_a_changed_one_from_i
     from oryxmem.service import ROWS_ANSWER_FROM_BYTES
     from oryxmem.store.format import render_entry_line
 
+    set_value(workspace.config_path, "memory.recall", "keyword")  # its strategy, tested here
     path = workspace.memory_path("big")
     path.parent.mkdir(parents=True)
     lines = [render_entry_line("2026-11-30 10:00:00", f"Step {i} of ÄRGER") for i in range(6000)]
@@ -220,6 +221,7 @@ def test_a_large_file_in_sync_is_recalled_from_its_rows_and_a_changed_one_from_i
 
 
 def test_a_small_file_is_recalled_from_itself(service: MemoryService, workspace: Workspace) -> None:
+    set_value(workspace.config_path, "memory.recall", "keyword")  # its strategy, tested here
     service.save("coder", "small and quick")
     cli = MemoryService(workspace, Config.load(workspace.config_path))  # a new CLI process
     assert cli._recall_from_rows("coder", "quick") is None

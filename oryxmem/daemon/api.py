@@ -34,7 +34,14 @@ from oryxmem.errors import (
     RequestTimeoutError,
     UnsafeAgentNameError,
 )
-from oryxmem.payloads import agents_data, context_data, memory_data, recall_data, save_data
+from oryxmem.payloads import (
+    agents_data,
+    context_data,
+    memory_data,
+    recall_data,
+    save_data,
+    search_data,
+)
 from oryxmem.service import MemoryService, SaveRequest
 from oryxmem.store.format import ARCHIVAL
 from oryxmem.store.rows import sync_summary
@@ -43,6 +50,7 @@ from oryxmem.workspace import GLOBAL_AGENT, AgentRef, agent_name_problem
 log = logging.getLogger("oryxmem.daemon")
 
 MAX_BODY_BYTES = 1024 * 1024
+MAX_RESULTS = 100  # the most entries one search or recall call returns
 Handler = Callable[[web.Request], Awaitable[Any]]
 WORKER: web.AppKey[MemoryWorker] = web.AppKey("worker", MemoryWorker)
 HEALTH: web.AppKey[Callable[[], dict[str, Any]]] = web.AppKey("health")
@@ -187,7 +195,10 @@ async def run_for(request: web.Request, ref: AgentRef, work: Callable[[MemorySer
 
 
 async def health(request: web.Request) -> Any:
-    return {**request.app[HEALTH](), "sync": await run(request, lambda s: sync_summary(s.db))}
+    def summary(service: MemoryService) -> dict[str, Any]:
+        return {"sync": sync_summary(service.db), "indexes": service.index_summary()}
+
+    return {**request.app[HEALTH](), **await run(request, summary)}
 
 
 async def list_agents(request: web.Request) -> Any:
@@ -214,6 +225,29 @@ async def recall(request: web.Request) -> Any:
     if not keyword.strip():
         raise EmptyKeywordError("give ?keyword= a word to look for")
     return await run_for(request, ref, lambda s: recall_data(s.recall(ref.agent, keyword)))
+
+
+async def search(request: web.Request) -> Any:
+    ref = path_agent(request)
+    query = request.query.get("q", "")
+    if not query.strip():
+        raise EmptyKeywordError("give ?q= a question or words to look for")
+    limit = _int_query(request, "k", MAX_RESULTS)
+    mode = request.query.get("mode", "hybrid")
+    return await run_for(
+        request, ref, lambda s: search_data(s.search(ref.agent, query, limit=limit, mode=mode))
+    )
+
+
+async def reindex(request: web.Request) -> Any:
+    body = await json_body(request)
+    agent = body.get("agent")
+    if agent is not None and not isinstance(agent, str):
+        raise InvalidFieldError("'agent' must be a string")
+    worker = request.app[WORKER]
+    data = await run(request, lambda s: s.start_reindex(agent))
+    worker.on_mirrored()  # the indexer thread embeds what is to be done again
+    return data
 
 
 async def context(request: web.Request) -> Any:
@@ -261,8 +295,24 @@ async def _do_tool_save(request: web.Request, body: dict[str, Any], agent: str |
 
 
 async def _do_tool_recall(request: web.Request, body: dict[str, Any], agent: str | None) -> Any:
-    keyword = text_field(body, "keyword")
-    return await run(request, lambda s: recall_data(s.recall(agent, keyword)))
+    """{"keyword"}: recall as memory.recall says; {"query"}: the best entries for a
+    question, by meaning and words. "limit" caps either (at most MAX_RESULTS)."""
+    query = body.get("query")
+    words = text_field(body, "keyword") if query is None else text_field(body, "query")
+    limit = body.get("limit")
+    if limit is not None and (
+        isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_RESULTS
+    ):
+        raise InvalidFieldError(f"'limit' must be a whole number from 1 to {MAX_RESULTS}")
+
+    def answer(service: MemoryService) -> dict[str, Any]:
+        if query is None:
+            data = recall_data(service.recall(agent, words))
+            data["lines"] = data["lines"][:limit]
+            return data
+        return recall_data(service.recall_by_meaning(agent, words, limit))
+
+    return await run(request, answer)
 
 
 async def _tool(
@@ -319,16 +369,16 @@ async def session_history(request: web.Request) -> Any:
     return {"session": session, "messages": messages}
 
 
-def _int_query(request: web.Request, name: str) -> int | None:
+def _int_query(request: web.Request, name: str, most: int | None = None) -> int | None:
     value = request.query.get(name)
     if value is None:
         return None
-    try:
-        number = int(value)
-    except ValueError:
-        raise InvalidFieldError(f"?{name}= must be a whole number") from None
-    if number < 1:
-        raise InvalidFieldError(f"?{name}= must be at least 1")
+    if not value.isascii() or not value.isdigit() or len(value) > 9:
+        raise InvalidFieldError(f"?{name}= must be a whole number")
+    number = int(value)
+    if number < 1 or (most is not None and number > most):
+        upper = f" and at most {most}" if most is not None else ""
+        raise InvalidFieldError(f"?{name}= must be at least 1{upper}")
     return number
 
 
@@ -345,6 +395,7 @@ def make_app(
         web.post("/api/v1/tools/save_memory", tool_save_memory),
         web.post("/api/v1/tools/recall_memory", tool_recall_memory),
         web.post("/api/v1/sessions", create_session),
+        web.post("/api/v1/reindex", reindex),
         web.post("/api/v1/sessions/{session}/messages", append_message),
         web.get("/api/v1/sessions/{session}/history", session_history),
     ]
@@ -353,6 +404,7 @@ def make_app(
             web.get(f"{prefix}/memory", get_memory),
             web.post(f"{prefix}/memory", save),
             web.get(f"{prefix}/memory/recall", recall),
+            web.get(f"{prefix}/memory/search", search),
             web.get(f"{prefix}/context", context),
             web.post(f"{prefix}/triggers", trigger),
         ]

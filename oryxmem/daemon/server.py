@@ -24,6 +24,7 @@ from aiohttp import web
 from oryxmem import __version__
 from oryxmem.config import Config
 from oryxmem.daemon import api, sockets
+from oryxmem.daemon.indexer import Indexer
 from oryxmem.daemon.notify import notify, watchdog_interval
 from oryxmem.daemon.worker import MemoryWorker
 from oryxmem.errors import DaemonAlreadyRunningError
@@ -47,6 +48,7 @@ class Daemon:
         self._lock_fd: int | None = None
         self.watcher: SyncWatcher | None = None
         self.worker: MemoryWorker | None = None
+        self.indexer: Indexer | None = None
 
     # --- one daemon per workspace ---------------------------------------------------
 
@@ -80,20 +82,24 @@ class Daemon:
             sock = sockets.bind(self.socket_path)
         connect(self.workspace.db_path).close()  # create and migrate it once, before the threads
         service = MemoryService(self.workspace, self.config)
+        service.indexes_in_background = True  # the indexer thread embeds
         self.watcher = SyncWatcher(
             self.workspace, files=service.files, config=self.config, on_report=_log_report
         )
-        self.worker = MemoryWorker(service, self.watcher.schedule)
+        self.indexer = Indexer(MemoryService(self.workspace, self.config, files=service.files))
+        self.worker = MemoryWorker(service, self.watcher.schedule, self.indexer.wake)
         self.watcher.before_reconcile = self.worker.flush
         self.watcher.after_reconcile = self.worker.indexes_changed
         notify("STATUS=catching up with changes made while stopped")
         self.watcher.start()
         self.worker.start()
+        self.indexer.start()
         self.watcher.ready.wait()
         try:
             uvloop.run(self._serve(sock))
         finally:
-            self.watcher.stop()  # before the worker: it closes the stores both threads use
+            self.indexer.stop()
+            self.watcher.stop()  # before the worker: it closes the stores the threads use
             self.worker.stop()  # requests have drained; finishes queued saves first
             if activated is None and self.socket_path.exists():
                 self.socket_path.unlink()
@@ -142,10 +148,12 @@ class Daemon:
                 and self.watcher.alive
                 and self.worker
                 and self.worker.alive
+                and self.indexer
+                and self.indexer.alive
             ):
                 notify("WATCHDOG=1")
             else:
-                log.error("the sync watcher or the memory thread died; not pinging the watchdog")
+                log.error("a thread of the daemon died; not pinging the watchdog")
             await asyncio.sleep(interval)
 
     def health(self) -> dict[str, Any]:
@@ -166,6 +174,8 @@ class Daemon:
             "saves": worker.service.saves if worker else 0,
             "save_batches": worker.service.batches if worker else 0,
             "mirror_commits": worker.service.mirrors if worker else 0,
+            "indexer_alive": bool(self.indexer and self.indexer.alive),
+            "last_index_error": self.indexer.last_error if self.indexer else None,
         }
 
 

@@ -109,9 +109,15 @@ class _Group:
 
 
 class MemoryWorker:
-    def __init__(self, service: MemoryService, on_lagging: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        service: MemoryService,
+        on_lagging: Callable[[str], None],
+        on_mirrored: Callable[[], None] = lambda: None,
+    ) -> None:
         self.service = service
         self.on_lagging = on_lagging  # tells the sync watcher to look at this agent soon
+        self.on_mirrored = on_mirrored  # tells the indexer thread there are rows to embed
         self._jobs: queue.Queue[_Save | _Call | None] = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="oryxmem-memory", daemon=True)
         self._writers = ThreadPoolExecutor(WRITER_THREADS, thread_name_prefix="oryxmem-write")
@@ -174,6 +180,7 @@ class MemoryWorker:
         """Rows changed behind the service's back (a reconcile): let the indexes follow."""
         self._indexes_behind = True
         self.call(lambda service: None)  # wakes the thread
+        self.on_mirrored()
 
     # --- the thread -------------------------------------------------------------
 
@@ -242,6 +249,7 @@ class MemoryWorker:
         for agent in self.service.mirror_saves(indexes_follow=follow):
             self.on_lagging(agent)  # the rows lag behind the file: reconcile soon
         self._indexes_behind = True
+        self.on_mirrored()
 
     def _index_step(self) -> None:
         try:

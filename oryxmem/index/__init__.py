@@ -40,6 +40,7 @@ class IndexRow:
     scope: str
     ts: str | None
     content: str
+    seq: int  # its place in its section
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,11 @@ class DerivedIndex(ABC):
     batch: ClassVar[int] = 5000
     # Cheap enough to catch up with every mirror of saves (else: in the background).
     follows_saves: ClassVar[bool] = True
+
+    @classmethod
+    def enabled(cls, config: Config) -> bool:
+        """Whether this workspace's settings use the index at all."""
+        return True
 
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or Config.defaults()
@@ -89,6 +95,15 @@ class DerivedIndex(ABC):
     def search(self, db: Executes, agent: str, query: str, limit: int | None) -> list[Hit]:
         """The agent's rows that match query, best first (at most limit of them)."""
 
+    def prepare(self, rows: Sequence[IndexRow]) -> None:  # noqa: B027 (most need nothing)
+        """Work add() will need for these rows that can be done before the write lock is
+        taken (embedding them): slow indexes do it here; the others need nothing."""
+
+    def dependents(self, db: Executes, row_ids: Sequence[int]) -> list[int]:
+        """Other rows whose entry in this index changes when these rows change (an index
+        that keeps a row's neighbours with it says which); none by default."""
+        return []
+
 
 @dataclass(frozen=True)
 class IndexState:
@@ -98,9 +113,16 @@ class IndexState:
 
 
 def load_indexes(config: Config, names: Sequence[str] | None = None) -> dict[str, DerivedIndex]:
-    """Instances of the registered indexes (all of them, or those named)."""
+    """Instances of the registered indexes the settings use (all of them, or those named)."""
     chosen = INDEXES.names() if names is None else names
-    return {name: INDEXES.load(name)(config) for name in chosen}
+    classes = {name: INDEXES.load(name) for name in chosen}
+    return {name: cls(config) for name, cls in classes.items() if cls.enabled(config)}
+
+
+def forget_others(db: Database, kept: Sequence[str]) -> None:
+    """Drop the cursors of indexes no longer in use, so they hold no changes back."""
+    marks = ", ".join("?" * len(kept))
+    db.execute(f"DELETE FROM index_state WHERE name NOT IN ({marks})", list(kept))
 
 
 def read_index_state(db: Executes, index: DerivedIndex) -> IndexState | None:
@@ -115,7 +137,7 @@ def _latest_seq(db: Executes) -> int:
     return int(db.execute("SELECT coalesce(max(seq), 0) FROM memory_changes").fetchone()[0])
 
 
-def _write_state(db: Database, index: DerivedIndex, state: IndexState) -> None:
+def write_index_state(db: Database, index: DerivedIndex, state: IndexState) -> None:
     db.execute(
         "INSERT INTO index_state(name, version, cursor, backfill_below, built_at)"
         " VALUES (?, ?, ?, ?, strftime('%Y-%m-%d %H:%M:%S', 'now', 'localtime'))"
@@ -131,18 +153,7 @@ def rebuild(db: Database, index: DerivedIndex) -> None:
     index.drop(db)
     index.create(db)
     top = db.execute("SELECT coalesce(max(id), 0) + 1 FROM memory_entries").fetchone()[0]
-    _write_state(db, index, IndexState(index.identity(), _latest_seq(db), int(top)))
-
-
-def reindex_agent(db: Database, index: DerivedIndex, agent: str) -> int:
-    """Take one agent's rows in again (after catching up); the caller holds a write
-    transaction. Returns how many rows."""
-    ids = [row[0] for row in db.execute("SELECT id FROM memory_entries WHERE agent = ?", [agent])]
-    for at in range(0, len(ids), index.batch):
-        chunk = ids[at : at + index.batch]
-        index.remove(db, chunk)
-        index.add(db, _rows(db, chunk))
-    return len(ids)
+    write_index_state(db, index, IndexState(index.identity(), _latest_seq(db), int(top)))
 
 
 def pending(db: Executes, index: DerivedIndex, agent: str | None = None) -> int | None:
@@ -191,6 +202,52 @@ def is_caught_up(db: Executes, index: DerivedIndex) -> bool:
     return later.fetchone() is None
 
 
+@dataclass(frozen=True)
+class Step:
+    """One batch of catching up: rows to forget, rows to take in, the state after."""
+
+    stale: list[int]
+    rows: list[IndexRow]
+    after: IndexState
+
+
+def next_step(db: Executes, index: DerivedIndex, state: IndexState) -> Step | None:
+    """The next batch after this state: changes since the cursor first, then a rebuild
+    (newest rows first). None: caught up. Reads only."""
+    changes = db.execute(
+        "SELECT seq, row_id, op FROM memory_changes WHERE seq > ? ORDER BY seq LIMIT ?",
+        [state.cursor, index.batch],
+    ).fetchall()
+    if changes:
+        changed = {row_id for _, row_id, _ in changes}
+        # Forgotten first, even a row only inserted since the cursor: an earlier step may
+        # have taken it in already, as a dependent of a row before it.
+        row_ids = sorted(changed | set(index.dependents(db, sorted(changed))))
+        after = IndexState(state.identity, changes[-1][0], state.backfill_below)
+        return Step(row_ids, index_rows(db, row_ids), after)
+    if state.backfill_below:
+        found = db.execute(
+            "SELECT id FROM memory_entries WHERE id < ? ORDER BY id DESC LIMIT ?",
+            [state.backfill_below, index.batch],
+        ).fetchall()
+        row_ids = [row[0] for row in found]
+        below = row_ids[-1] if len(row_ids) == index.batch else 0  # 0: none are left
+        return Step(
+            row_ids, index_rows(db, row_ids), IndexState(state.identity, state.cursor, below)
+        )
+    return None
+
+
+def upcoming(db: Executes, index: DerivedIndex) -> list[IndexRow]:
+    """The rows the next step of catch_up will take in (none while the index is not
+    built at its version): what a slow index prepares outside the write lock."""
+    state = read_index_state(db, index)
+    if state is None or state.identity != index.identity():
+        return []
+    step = next_step(db, index, state)
+    return step.rows if step is not None else []
+
+
 def catch_up(db: Database, index: DerivedIndex, max_steps: int | None = None) -> int:
     """Take in changes since the cursor, then continue a rebuild; the caller holds a write
     transaction. At most max_steps batches (None: until caught up). Returns the rows
@@ -202,42 +259,25 @@ def catch_up(db: Database, index: DerivedIndex, max_steps: int | None = None) ->
         assert state is not None
     taken = steps = 0
     while max_steps is None or steps < max_steps:
-        steps += 1
-        changes = db.execute(
-            "SELECT seq, row_id, op FROM memory_changes WHERE seq > ? ORDER BY seq LIMIT ?",
-            [state.cursor, index.batch],
-        ).fetchall()
-        if changes:
-            row_ids = sorted({row_id for _, row_id, _ in changes})
-            # A row only ever inserted since the cursor is not in the index yet (a row id
-            # used again comes after its row's delete, which is among the changes too).
-            index.remove(db, sorted({row_id for _, row_id, op in changes if op != "insert"}))
-            index.add(db, _rows(db, row_ids))
-            state = IndexState(state.identity, changes[-1][0], state.backfill_below)
-        elif state.backfill_below:
-            rows = db.execute(
-                "SELECT id FROM memory_entries WHERE id < ? ORDER BY id DESC LIMIT ?",
-                [state.backfill_below, index.batch],
-            ).fetchall()
-            row_ids = [row[0] for row in rows]
-            index.remove(db, row_ids)
-            index.add(db, _rows(db, row_ids))
-            below = row_ids[-1] if len(row_ids) == index.batch else 0  # 0: none are left
-            state = IndexState(state.identity, state.cursor, below)
-        else:
+        step = next_step(db, index, state)
+        if step is None:
             break
-        taken += len(row_ids)
-        _write_state(db, index, state)
+        steps += 1
+        index.remove(db, step.stale)
+        index.add(db, step.rows)
+        state = step.after
+        write_index_state(db, index, state)
+        taken += len(step.rows) or 1  # a step that only forgot rows still did work
     return taken
 
 
-def _rows(db: Executes, row_ids: Sequence[int]) -> list[IndexRow]:
+def index_rows(db: Executes, row_ids: Sequence[int]) -> list[IndexRow]:
     """The rows with these ids that still exist and hold text."""
     return [
-        IndexRow(row_id, agent, str(scope), ts, content)
-        for row_id, agent, scope, ts, content in select_in(
+        IndexRow(row_id, agent, str(scope), ts, content, int(seq or 0))
+        for row_id, agent, scope, ts, content, seq in select_in(
             db,
-            "SELECT id, agent, scope, ts, content FROM memory_entries WHERE id IN ({marks})",
+            "SELECT id, agent, scope, ts, content, seq FROM memory_entries WHERE id IN ({marks})",
             row_ids,
         )
         if isinstance(content, str) and isinstance(agent, str)

@@ -20,7 +20,7 @@ from oryxmem.store.rows import ENTRY_COLUMNS, entry_from_row
 if TYPE_CHECKING:
     from sqlite_utils import Database
 
-_TRIGRAM = 3
+_TRIGRAM = 3  # the shortest text the trigram index finds (shorter ones: a scan)
 
 
 def fts_phrase(folded_keyword: str) -> str:

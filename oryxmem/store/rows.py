@@ -340,15 +340,14 @@ def entry_from_row(row: Any) -> Entry:
     return Entry(scope, ts, content, entry_id or EntryIds().allocate(scope, ts, content))
 
 
-def entries_by_row_id(db: Executes, row_ids: Sequence[int]) -> list[Entry]:
-    """The entries of these rows, in the order given (rows gone since are left out)."""
-    found = {
-        row[0]: row
+def entries_by_row_id(db: Executes, row_ids: Sequence[int]) -> dict[int, Entry]:
+    """The entries of these rows, by row id (rows gone since are left out)."""
+    return {
+        row[0]: entry_from_row(row)
         for row in select_in(
             db, f"SELECT {ENTRY_COLUMNS} FROM memory_entries e WHERE e.id IN ({{marks}})", row_ids
         )
     }
-    return [entry_from_row(found[row_id]) for row_id in row_ids if row_id in found]
 
 
 def ids_of_repeats(db: Executes, agent: str, key: str) -> list[str]:

@@ -1,0 +1,261 @@
+"""Search benchmark (issue 11): hybrid search at 100,000 entries, indexing, saves meanwhile.
+
+Everything goes through the daemon, a real process on a real socket:
+
+- hybrid search p50 / p99 at --entries archival entries, the query's embedding
+  included. The entries are 6 to 16 words drawn by Zipf's law from 20,000 word
+  types (the most frequent 380 real English words, the rest made up), about the
+  vocabulary 100,000 memories of English hold; queries are 2 to 6 words drawn
+  the same way. Their vectors are written straight into the index as random
+  unit vectors (a search costs the same whatever they point at, and embedding
+  100,000 entries would take minutes each run); the queries are embedded;
+- the daemon's RSS with the model loaded and that agent's vectors in memory;
+- indexing: entries/s the indexer thread embeds, from a backlog of --backlog
+  entries, and one client's save p50 / p99 while it does;
+- the daemon's CPU once it is idle again.
+
+Run: python -m bench.search_bench [--entries 100000] [--backlog 3000] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+
+from bench.common import (
+    Figure,
+    at_least,
+    at_most,
+    below,
+    cpu_seconds,
+    percentile,
+    run_alone,
+    scratch_workspace,
+    start_oryxmem,
+    stop,
+)
+from oryxmem.client import Client
+from oryxmem.config import Config
+from oryxmem.index import IndexState, read_index_state, write_index_state
+from oryxmem.index.vectors import text_key
+from oryxmem.service import MemoryService
+from oryxmem.store.db import insert_values, write_transaction
+from oryxmem.store.format import ARCHIVAL, NewEntry, numbered, render_entry_line
+from oryxmem.store.rows import insert_rows
+from oryxmem.workspace import Workspace
+
+TS = "2026-11-30 10:00:00"
+# Words in English's order of frequency (after the stopwords): drawn with Zipf's law.
+VOCABULARY = """
+time year people way day man thing woman life child world school state family student
+group country problem hand part place case week company system program question work
+government number night point home water room mother area money story fact month lot
+right study book eye job word business issue side kind head house service friend father
+power hour game line end member law car city community name president team minute idea
+kid body information back parent face others level office door health person art war
+history party result change morning reason research girl guy moment air teacher force
+education foot boy age policy music market sense nation plan college interest death
+experience effect class control care field development role effort rate heart drug show
+leader light voice wife police mind price report decision son view relationship town
+road arm difference value building action model season society tax director position
+player record paper space ground form event official matter center couple site project
+activity star table need court oil situation cost industry figure street image phone
+data picture practice piece land product doctor wall patient worker news test movie
+north love support technology step baby computer type attention film tree source
+organization hair window evidence population site river deploy release server database
+branch commit review merge test build pipeline config token cache query index migration
+deadline meeting sprint ticket bug feature design schema endpoint client library module
+""".split()  # noqa: SIM905 (words read best as words)
+
+
+WORD_TYPES = 20_000  # about what 100,000 memories of English text hold
+SYLLABLES = (  # 20 of them make 168,400 words of 2 to 4 syllables
+    "ka", "lo", "mi", "ne", "ru", "sa", "ti", "vo", "pe", "da",
+    "ri", "ko", "lu", "me", "na", "so", "ta", "vi", "po", "de",
+)  # fmt: skip
+
+
+def vocabulary(types: int = WORD_TYPES) -> list[str]:
+    """The real words first (the most frequent), then made-up ones for the long tail."""
+    rng = random.Random(3)
+    words = list(dict.fromkeys(VOCABULARY))
+    seen = set(words)
+    while len(words) < types:
+        word = "".join(rng.choices(SYLLABLES, k=rng.randint(2, 4)))
+        if word not in seen:
+            seen.add(word)
+            words.append(word)
+    return words
+
+
+_WORDS = vocabulary()
+_ZIPF = [1 / (rank + 1) for rank in range(len(_WORDS))]  # Zipf's law, exponent 1
+
+
+def zipf_words(rng: random.Random, count: int) -> list[str]:
+    return rng.choices(_WORDS, _ZIPF, k=count)
+
+
+def sentences(count: int, seed: int = 7, words: list[str] | None = None) -> list[str]:
+    """Entries of 6 to 16 words by Zipf's law (of the 20,000 types, or of these words)."""
+    rng = random.Random(seed)
+    if words is None:
+        return [f"{' '.join(zipf_words(rng, rng.randint(6, 16)))} ({i})" for i in range(count)]
+    weights = _ZIPF[: len(words)]
+    return [
+        f"{' '.join(rng.choices(words, weights, k=rng.randint(6, 16)))} ({i})" for i in range(count)
+    ]
+
+
+def seed(workspace: Workspace, agents: dict[str, list[str]]) -> None:
+    """Each agent's file, its rows and indexes (sync), and a random unit vector per entry."""
+    service = MemoryService(workspace, Config.load(workspace.config_path))
+    db = service.db
+    for agent, texts in agents.items():
+        path = workspace.memory_path(agent)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lines = ["## 核心记忆", "", "## 归档记忆", *(render_entry_line(TS, t) for t in texts)]
+        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        with write_transaction(db):
+            insert_rows(db, agent, numbered(NewEntry(ARCHIVAL, TS, t) for t in texts), "bench")
+    service.sync()  # the keyword indexes follow
+    vectors = service.vector_index()
+    assert vectors is not None
+    rng = np.random.default_rng(7)
+    with write_transaction(db):
+        vectors.drop(db)
+        vectors.create(db)
+        rows = db.execute("SELECT id, agent, content FROM memory_entries").fetchall()
+        keys = [text_key(content) for _, _, content in rows]
+        matrix = rng.standard_normal((len(rows), 384)).astype(np.float32)
+        matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
+        insert_values(
+            db,
+            "INSERT OR IGNORE INTO memory_vectors(key, vector)",
+            [(key, v.astype(np.float16).tobytes()) for key, v in zip(keys, matrix, strict=True)],
+        )
+        insert_values(
+            db,
+            "INSERT INTO memory_vector_rows(row_id, agent, key, step)",
+            [(row_id, agent, key, 1) for (row_id, agent, _), key in zip(rows, keys, strict=True)],
+        )
+        latest = db.execute("SELECT coalesce(max(seq), 0) FROM memory_changes").fetchone()[0]
+        write_index_state(db, vectors, IndexState(vectors.identity(), int(latest), 0))
+    assert read_index_state(db, vectors) is not None
+    service.close()
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def pending_vectors(client: Client) -> int:
+    return int(client.health()["indexes"]["vectors"]["pending"] or 0)
+
+
+def run(args: argparse.Namespace) -> list[Figure]:
+    figures: list[Figure] = []
+    with scratch_workspace("oryxmem-search-") as root:
+        workspace = Workspace(root)
+        seed(
+            workspace,
+            {"big": sentences(args.entries), "mid": sentences(args.entries // 10, seed=8)},
+        )
+        sock = Path(f"/tmp/oryxmem-search-{random.randrange(1 << 30)}.sock")
+        proc = start_oryxmem(
+            ["daemon"], root, root / "daemon.log", b"serving", {"ORYXMEM_SOCKET": str(sock)}
+        )
+        try:
+            client = Client(sock)
+            rng = random.Random(11)
+            queries = [" ".join(zipf_words(rng, rng.randint(2, 6))) for _ in range(220)]
+            client.search("mid", "warm up the model and the matrix", 10)
+            rss_mid = rss_mb(proc.pid)
+            client.search("big", "warm up the model and the matrix", 10)
+            times = []
+            for query in queries[20:]:
+                started = time.perf_counter()
+                client.search("big", query, 10)
+                times.append((time.perf_counter() - started) * 1000)
+            label = f"hybrid search p50 at {args.entries} entries"
+            figures += [
+                Figure(label, statistics.median(times), "ms", at_most(15, 11, "ms")),
+                Figure(
+                    f"hybrid search p99 at {args.entries} entries", percentile(times, 0.99), "ms"
+                ),
+                Figure(
+                    f"daemon RSS, model loaded, {args.entries // 10} entries",
+                    rss_mid,
+                    "MB",
+                    at_most(250, 11, "MB"),
+                ),
+                Figure(f"  and {args.entries} entries more", rss_mb(proc.pid), "MB"),
+            ]
+            # A backlog to embed: an agent written behind the daemon's back, as git would.
+            backlog = workspace.memory_path("backlog")
+            backlog.parent.mkdir(parents=True, exist_ok=True)
+            # English words: made-up ones would take the model several tokens each.
+            news = sentences(args.backlog, seed=9, words=list(dict.fromkeys(VOCABULARY)))
+            lines = ["## 归档记忆", *(render_entry_line(TS, t) for t in news)]
+            backlog.write_text("\n".join(lines) + "\n", encoding="utf-8")
+            deadline = time.monotonic() + 60
+            while pending_vectors(client) < args.backlog // 2 and time.monotonic() < deadline:
+                time.sleep(0.01)  # the rows are in: the indexer has its backlog
+            started, left = time.monotonic(), pending_vectors(client)
+            saves = []
+            for i in range(300):
+                begun = time.perf_counter()
+                client.save("solo", f"saved during the backfill {i}")
+                saves.append((time.perf_counter() - begun) * 1000)
+            while pending_vectors(client) and time.monotonic() - started < 600:
+                time.sleep(0.05)
+            rate = (left + 300) / (time.monotonic() - started)
+            figures += [
+                Figure("indexing, entries/s (2 cores)", rate, "/s", at_least(400, 11, "/s")),
+                Figure(
+                    "save p50 during the backfill",
+                    statistics.median(saves),
+                    "ms",
+                    at_most(1.5, 11, "ms"),
+                ),
+                Figure("save p99 during the backfill", percentile(saves, 0.99), "ms"),
+            ]
+            client.close()
+            time.sleep(2)
+            before, at = cpu_seconds(proc.pid), time.monotonic()
+            time.sleep(args.idle)
+            cpu = (cpu_seconds(proc.pid) - before) / (time.monotonic() - at) * 100
+            figures.append(
+                Figure(
+                    f"idle daemon CPU over {args.idle:.0f} s, model loaded",
+                    cpu,
+                    "%",
+                    below(1, 11, "%"),
+                )
+            )
+        finally:
+            stop(proc)
+            sock.unlink(missing_ok=True)
+    return figures
+
+
+def options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--entries", type=int, default=100_000, help="entries searched")
+    parser.add_argument("--backlog", type=int, default=3000, help="entries to embed")
+    parser.add_argument("--idle", type=float, default=20, help="seconds of idle CPU measured")
+
+
+def main(argv: list[str] | None = None) -> list[Figure]:
+    return run_alone("search benchmark", __doc__, options, run, argv)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,61 @@
+"""Embedders: texts to unit vectors, for the semantic arm of search (DESIGN section 11).
+
+One small interface, chosen by ``recall.embedder`` among the names registered in
+oryxmem/registry.py. The default runs offline from files installed by pip and
+checked by their sha256; nothing is ever downloaded at run time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, ClassVar, Literal
+
+from oryxmem.config import Config
+from oryxmem.registry import EMBEDDERS
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+Kind = Literal["query", "passage"]
+
+
+class Embedder(ABC):
+    """Turns texts into L2-normalised float32 vectors, one row per text."""
+
+    name: ClassVar[str]
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+
+    @property
+    @abstractmethod
+    def model_id(self) -> str:
+        """What the vectors carry: vectors of another model id are made again."""
+
+    @abstractmethod
+    def embed(self, texts: Sequence[str], kind: Kind) -> npt.NDArray[np.float32]:
+        """Vectors for texts: a question to search with (``query``) or a memory to be
+        found (``passage``); models trained with prefixes for each apply them here."""
+
+    def close(self) -> None:  # noqa: B027 (most embedders hold nothing to let go of)
+        """Let go of what the embedder holds (a model session, a connection)."""
+
+
+def give_back_freed_memory() -> None:
+    """Return the heap memory freed meanwhile to the system: glibc keeps it otherwise, and
+    a model's load or a large batch frees tens of megabytes at once."""
+    with contextlib.suppress(OSError, AttributeError):  # not glibc: it keeps what it keeps
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
+def load_embedder(config: Config) -> Embedder | None:
+    """The embedder recall.embedder names, loaded now (None: semantic search is off)."""
+    name = str(config.get("recall.embedder"))
+    if name == "none":
+        return None
+    embedder: Embedder = EMBEDDERS.load(name)(config)
+    return embedder

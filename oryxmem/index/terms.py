@@ -1,0 +1,79 @@
+"""What the ranked keyword arm indexes of a text, and searches a query for (pure).
+
+Words are split on anything that is not a letter or a digit, lower-cased,
+and common English function words are dropped (they match half of all memories and
+tell nothing; dropping them also keeps a query on a large memory fast). What is
+left is stemmed with Snowball's English stemmer (PyStemmer), so 'painted' finds
+'painting'; stemming here, not in SQLite, lets a query ask how common a term is.
+
+Chinese, Japanese and Korean text has no spaces between words, and a dictionary
+would have to be loaded: each run of CJK characters is indexed as its single
+characters and every pair of neighbours (the usual way to search CJK text), so
+the two-character word 深色 is found inside 偏好深色模式.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+import Stemmer
+
+# Common English function words, and the ends of contractions (I'll, it's, we've).
+STOPWORDS = frozenset(
+    """
+    a about above after again against all am an and any are as at be because been before
+    being below between both but by can could did do does doing down during each few for
+    from further had has have having he her here hers herself him himself his how i if
+    in into is it its itself just me more most my myself no nor not now of off on once
+    only or other our ours ourselves out over own same she should so some such than that
+    the their theirs them themselves then there these they this those through to too
+    under until up very was we were what when where which while who whom why will with
+    would you your yours yourself yourselves s t d ll m re ve
+    """.split()  # noqa: SIM905 (a list of words reads best as words)
+)
+
+_CJK = (
+    "\u3040-\u30ff"  # hiragana, katakana
+    "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"  # CJK ideographs
+    "\uac00-\ud7af"  # hangul syllables
+)
+_TOKEN = re.compile(rf"[{_CJK}]+|[^\W_{_CJK}]+", re.UNICODE)
+_CJK_RUN = re.compile(rf"[{_CJK}]+")
+
+
+_STEMMER = Stemmer.Stemmer("english")
+
+
+@lru_cache(maxsize=65536)
+def _stem(word: str) -> str:
+    return str(_STEMMER.stemWord(word))
+
+
+def terms(text: str) -> list[str]:
+    """The index terms of a text, in order (repeats kept: they count in BM25)."""
+    out: list[str] = []
+    for token in _TOKEN.findall(text.lower()):
+        if _CJK_RUN.fullmatch(token):
+            out += list(token)
+            out += [token[i : i + 2] for i in range(len(token) - 1)]
+        elif token not in STOPWORDS:
+            out.append(_stem(token))
+    return out
+
+
+def index_text(text: str) -> str:
+    """The text as the FTS5 column holds it: its terms, separated by spaces."""
+    return " ".join(terms(text))
+
+
+def query_terms(query: str) -> list[str]:
+    """The distinct terms of a query, in order."""
+    return list(dict.fromkeys(terms(query)))
+
+
+def match_any(query_terms: list[str]) -> str | None:
+    """An FTS5 MATCH expression for any of these terms (None: there are none)."""
+    if not query_terms:
+        return None
+    return " OR ".join('"' + term.replace('"', '""') + '"' for term in query_terms)

@@ -1,0 +1,326 @@
+"""The semantic arm: one embedding per entry, kept in SQLite, searched in memory.
+
+Vectors are stored by the hash of the text they embed (two entries with the same
+text share one) as float16, and read into a float32 matrix per agent the first
+time the agent is searched: a search is one matrix product (100,000 x 384 in a
+few milliseconds), not a scan of SQLite. The index is slow to build, so it never
+follows saves on the memory thread: the daemon's indexer thread embeds the rows
+of the next step outside any transaction (``prepare``), then takes them in with
+a short write; a search answers from what is embedded and says how much is not.
+
+A process keeps one matrix per agent and brings it up to date from two tables:
+every row taken in and every row forgotten carries the number of the step that
+did it, so a reader asks only for what changed since the step it last saw, and
+reads everything again when it has fallen further behind than the forgotten
+rows are kept.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from oryxmem.config import Config
+from oryxmem.embed import Embedder, give_back_freed_memory, load_embedder
+from oryxmem.index import DerivedIndex, Hit, IndexRow
+from oryxmem.store.db import Executes, insert_values, select_in
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
+    from sqlite_utils import Database
+
+# Forgotten rows are remembered this many steps: a reader further behind reads all again.
+GONE_KEPT_STEPS = 2000
+
+
+def text_key(text: str) -> str:
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+
+
+@dataclass
+class _AgentVectors:
+    """One agent's embedded rows as a matrix, grown in place, dead rows masked."""
+
+    step: int = 0  # the last step of the index this copy has taken in
+    matrix: npt.NDArray[np.float32] = field(default_factory=lambda: np.zeros((0, 0), np.float32))
+    row_ids: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
+    alive: npt.NDArray[np.bool_] = field(default_factory=lambda: np.zeros(0, np.bool_))
+    used: int = 0
+    where: dict[int, int] = field(default_factory=dict)  # row id -> position
+
+    def forget(self, row_ids: Sequence[int]) -> None:
+        for row_id in row_ids:
+            position = self.where.pop(row_id, None)
+            if position is not None:
+                self.alive[position] = False
+
+    def reserve(self, rows: int, width: int = 384) -> None:
+        """Room for this many rows, forgotten ones dropped: made once, or when it grows."""
+        if rows <= len(self.row_ids) and self.count == self.used:
+            return
+        capacity = max(rows, self.count + self.count // 4, 64)  # +25%: few regrowths
+        keep = np.flatnonzero(self.alive[: self.used])
+        matrix = np.zeros((capacity, self.matrix.shape[1] if self.used else width), np.float32)
+        if len(keep):
+            matrix[: len(keep)] = self.matrix[keep]
+        row_ids = np.zeros(capacity, np.int64)
+        row_ids[: len(keep)] = self.row_ids[keep]
+        alive = np.zeros(capacity, np.bool_)
+        alive[: len(keep)] = True
+        self.matrix, self.row_ids, self.alive, self.used = matrix, row_ids, alive, len(keep)
+        self.where = {int(row_id): position for position, row_id in enumerate(row_ids[: self.used])}
+
+    def take(self, row_ids: Sequence[int], vectors: npt.NDArray[Any]) -> None:
+        """Rows (again), their vectors in float16 or float32: written at the end."""
+        self.forget(row_ids)
+        self.reserve(self.used + len(row_ids), vectors.shape[1])
+        end = self.used + len(row_ids)
+        self.matrix[self.used : end] = vectors  # float16 becomes float32 here
+        self.row_ids[self.used : end] = row_ids
+        self.alive[self.used : end] = True
+        for offset, row_id in enumerate(row_ids):
+            self.where[int(row_id)] = self.used + offset
+        self.used = end
+        if self.used - self.count > self.used // 4:  # many forgotten: compact
+            self.reserve(self.count)
+
+    @property
+    def count(self) -> int:
+        return len(self.where)
+
+
+class _Matrices:
+    """The matrices of one database in this process, shared by its connections."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.agents: dict[str, _AgentVectors] = {}
+        self.writes = 0  # vectors this process wrote (its own commits move no data_version)
+
+
+_MATRICES: dict[tuple[str, int], _Matrices] = {}
+_MATRICES_LOCK = threading.Lock()
+
+
+def _database_file(db: Executes) -> str:
+    rows = db.execute("PRAGMA database_list").fetchall()
+    return str(next((row[2] for row in rows if row[1] == "main"), ""))
+
+
+class VectorIndex(DerivedIndex):
+    name = "vectors"
+    version = 1
+    batch = 64  # rows a step embeds: about 0.2 s of work on 2 cores
+    follows_saves = False
+
+    def __init__(self, config: Config | None = None) -> None:
+        super().__init__(config)
+        self._embedder: Embedder | None = None
+        self._prepared: dict[str, npt.NDArray[np.float32]] = {}
+        self._seen: dict[str, tuple[int, int]] = {}  # agent -> (data_version, writes) looked at
+
+    @classmethod
+    def enabled(cls, config: Config) -> bool:
+        return str(config.get("recall.embedder")) != "none"
+
+    @property
+    def embedder(self) -> Embedder:
+        if self._embedder is None:
+            embedder = load_embedder(self.config)
+            assert embedder is not None, "the vector index is used only with an embedder"
+            self._embedder = embedder
+        return self._embedder
+
+    def identity(self) -> int:
+        """The version and the model: vectors of another model are made again."""
+        material = f"{self.version}\n{self.embedder.model_id}".encode()
+        return int(hashlib.blake2b(material, digest_size=6).hexdigest(), 16)
+
+    def close(self) -> None:
+        if self._embedder is not None:
+            self._embedder.close()
+
+    # --- the tables ---------------------------------------------------------------
+
+    def create(self, db: Database) -> None:
+        db.execute(
+            "CREATE TABLE memory_vectors (key TEXT PRIMARY KEY, vector BLOB NOT NULL) WITHOUT ROWID"
+        )
+        db.execute(
+            "CREATE TABLE memory_vector_rows (row_id INTEGER PRIMARY KEY, agent TEXT NOT NULL,"
+            " key TEXT NOT NULL, step INTEGER NOT NULL)"
+        )
+        db.execute("CREATE INDEX memory_vector_rows_agent ON memory_vector_rows(agent, step)")
+        db.execute("CREATE INDEX memory_vector_rows_key ON memory_vector_rows(key)")
+        db.execute("CREATE INDEX memory_vector_rows_step ON memory_vector_rows(step)")
+        db.execute(
+            "CREATE TABLE memory_vector_gone (step INTEGER NOT NULL, row_id INTEGER NOT NULL,"
+            " agent TEXT NOT NULL)"
+        )
+        db.execute("CREATE INDEX memory_vector_gone_agent ON memory_vector_gone(agent, step)")
+        db.execute("CREATE INDEX memory_vector_gone_step ON memory_vector_gone(step)")
+
+    def drop(self, db: Database) -> None:
+        for table in ("memory_vector_gone", "memory_vector_rows", "memory_vectors"):
+            db.execute(f"DROP TABLE IF EXISTS {table}")
+        path = _database_file(db)
+        with _MATRICES_LOCK:  # this process's copies, of any model, are stale now
+            for key in [key for key in _MATRICES if key[0] == path]:
+                del _MATRICES[key]
+
+    def _matrices(self, db: Executes) -> _Matrices:
+        key = (_database_file(db), self.identity())
+        with _MATRICES_LOCK:
+            return _MATRICES.setdefault(key, _Matrices())
+
+    @staticmethod
+    def _last_step(db: Executes) -> int:
+        return int(
+            db.execute(
+                "SELECT max(coalesce((SELECT max(step) FROM memory_vector_rows), 0),"
+                " coalesce((SELECT max(step) FROM memory_vector_gone), 0))"
+            ).fetchone()[0]
+        )
+
+    def remove(self, db: Database, row_ids: Sequence[int]) -> None:
+        if not row_ids:
+            return
+        found = select_in(
+            db,
+            "SELECT row_id, agent, key FROM memory_vector_rows WHERE row_id IN ({marks})",
+            row_ids,
+        )
+        if not found:
+            return
+        step = self._last_step(db) + 1
+        db.conn.executemany(
+            "DELETE FROM memory_vector_rows WHERE row_id = ?", [[r[0]] for r in found]
+        )
+        insert_values(
+            db,
+            "INSERT INTO memory_vector_gone(step, row_id, agent)",
+            [(step, r[0], r[1]) for r in found],
+        )
+        db.conn.executemany(
+            "DELETE FROM memory_vectors WHERE key = ?1"
+            " AND NOT EXISTS (SELECT 1 FROM memory_vector_rows WHERE key = ?1)",
+            [[key] for key in {r[2] for r in found}],
+        )
+        db.execute("DELETE FROM memory_vector_gone WHERE step < ?", [step - GONE_KEPT_STEPS])
+        self._matrices(db).writes += 1
+
+    def prepare(self, rows: Sequence[IndexRow]) -> None:
+        """Embed these rows' texts now, outside any transaction, for add() to take."""
+        todo = {text_key(r.content): r.content for r in rows}
+        todo = {k: t for k, t in todo.items() if k not in self._prepared}
+        if todo:
+            vectors = self.embedder.embed(list(todo.values()), "passage")
+            self._prepared.update(zip(todo, vectors, strict=True))
+
+    def add(self, db: Database, rows: Sequence[IndexRow]) -> None:
+        if not rows:
+            return
+        keys = [text_key(r.content) for r in rows]
+        have = {
+            row[0]
+            for row in select_in(db, "SELECT key FROM memory_vectors WHERE key IN ({marks})", keys)
+        }
+        missing = [r for r, k in zip(rows, keys, strict=True) if k not in have]
+        self.prepare(missing)  # what no one prepared (it changed meanwhile): small, here
+        new = {k: self._prepared[k] for r, k in zip(rows, keys, strict=True) if k not in have}
+        insert_values(
+            db,
+            "INSERT OR IGNORE INTO memory_vectors(key, vector)",
+            [(k, v.astype(np.float16).tobytes()) for k, v in new.items()],
+        )
+        step = self._last_step(db) + 1
+        insert_values(
+            db,
+            "INSERT OR REPLACE INTO memory_vector_rows(row_id, agent, key, step)",
+            [(r.row_id, r.agent, k, step) for r, k in zip(rows, keys, strict=True)],
+        )
+        for k in keys:
+            self._prepared.pop(k, None)
+        self._matrices(db).writes += 1
+
+    # --- searching ------------------------------------------------------------------
+
+    def _current(self, db: Executes, agent: str) -> _AgentVectors:
+        """The agent's matrix, brought up to what the tables hold now. Nothing is asked of
+        the tables while no other connection has committed and this process has written
+        no vectors since the last look (PRAGMA data_version says the first)."""
+        matrices = self._matrices(db)
+        with matrices.lock:
+            copy = matrices.agents.get(agent)
+            seen = (int(db.execute("PRAGMA data_version").fetchone()[0]), matrices.writes)
+            if copy is not None and self._seen.get(agent) == seen:
+                return copy
+            last = self._last_step(db)
+            if copy is None or copy.step != last:
+                copy = self._bring_up(db, agent, copy, last)
+                matrices.agents[agent] = copy
+            self._seen[agent] = seen
+            return copy
+
+    def _bring_up(
+        self, db: Executes, agent: str, copy: _AgentVectors | None, last: int
+    ) -> _AgentVectors:
+        oldest_gone = db.execute("SELECT min(step) FROM memory_vector_gone").fetchone()[0]
+        # Forgotten rows of the steps before the oldest kept may be missing: read all.
+        if copy is None or (oldest_gone is not None and oldest_gone > copy.step + 1):
+            copy, since = _AgentVectors(), 0
+        else:
+            since = copy.step
+            copy.forget(
+                [
+                    row[0]
+                    for row in db.execute(
+                        "SELECT row_id FROM memory_vector_gone WHERE agent = ? AND step > ?",
+                        [agent, since],
+                    )
+                ]
+            )
+        count = db.execute(
+            "SELECT count(*) FROM memory_vector_rows WHERE agent = ? AND step > ?", [agent, since]
+        ).fetchone()[0]
+        copy.reserve(copy.used + int(count))
+        cursor = db.execute(
+            "SELECT r.row_id, v.vector FROM memory_vector_rows r JOIN memory_vectors v"
+            " ON v.key = r.key WHERE r.agent = ? AND r.step > ?",
+            [agent, since],
+        )
+        while chunk := cursor.fetchmany(8192):  # a large agent is read in pieces
+            vectors = np.frombuffer(b"".join(row[1] for row in chunk), np.float16)
+            copy.take([row[0] for row in chunk], vectors.reshape(len(chunk), -1))
+        copy.step = last
+        if not since:
+            give_back_freed_memory()  # the pieces read: as much as the matrix again
+        return copy
+
+    def scores(
+        self, db: Executes, agent: str, query: str
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
+        """(row ids, cosine similarity to the query) for every embedded row of the agent."""
+        copy = self._current(db, agent)
+        if not copy.count:
+            return np.zeros(0, np.int64), np.zeros(0, np.float32)
+        vector = self.embedder.embed([query], "query")[0]
+        similarity = copy.matrix[: copy.used] @ vector
+        if copy.count == copy.used:  # no forgotten rows in the matrix: no copies to make
+            return copy.row_ids[: copy.used], similarity
+        live = copy.alive[: copy.used]
+        return copy.row_ids[: copy.used][live], similarity[live]
+
+    def search(self, db: Executes, agent: str, query: str, limit: int | None) -> list[Hit]:
+        row_ids, similarity = self.scores(db, agent, query)
+        if not len(row_ids):
+            return []
+        count = len(row_ids) if limit is None else min(limit, len(row_ids))
+        top = np.argpartition(-similarity, count - 1)[:count]
+        top = top[np.argsort(-similarity[top], kind="stable")]
+        return [Hit(int(row_ids[i]), float(similarity[i])) for i in top]
