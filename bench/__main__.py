@@ -5,7 +5,8 @@ an issue set for it and whether the median holds. Timings that depend on the
 machine's disk come with their ratio to a floor measured in the same run: one
 fsync'd atomic replace of a small file, and one SQLite commit (WAL, FULL).
 
-Run: python -m bench [--runs 3] [--quick] [--only store,sync,socket] [--json | --markdown]
+Run: python -m bench [--runs 3] [--quick] [--only store,sync,socket,search,recall]
+                    [--json | --markdown]
 """
 
 from __future__ import annotations
@@ -16,20 +17,41 @@ import platform
 import sys
 import time
 
-from bench import socket_bench, store_bench, sync_bench
+from bench import recall_quality, search_bench, socket_bench, store_bench, sync_bench
 from bench.common import Figure, merge_runs, print_markdown, print_table
 
-BENCHMARKS = {"store": store_bench, "sync": sync_bench, "socket": socket_bench}
+BENCHMARKS = {
+    "store": store_bench,
+    "sync": sync_bench,
+    "socket": socket_bench,
+    "search": search_bench,
+    "recall": recall_quality,
+}
 # Smaller sizes for a check that the benchmarks run (minutes, not tens of minutes);
 # the goals were set for the full sizes.
-QUICK = ["--sizes", "1000,10000", "--agents", "200", "--idle", "10", "--recall-entries", "10000"]
+QUICK = [
+    "--sizes",
+    "1000,10000",
+    "--agents",
+    "200",
+    "--idle",
+    "10",
+    "--recall-entries",
+    "10000",
+    "--search-entries",
+    "10000",
+    "--search-backlog",
+    "1000",
+    "--search-idle",
+    "5",
+]
 
 
 def main(argv: list[str] | None = None) -> list[Figure]:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=3, help="runs per benchmark (median)")
     parser.add_argument("--quick", action="store_true", help="smaller sizes, shorter idle")
-    parser.add_argument("--only", default=",".join(BENCHMARKS), help="store,sync,socket")
+    parser.add_argument("--only", default=",".join(BENCHMARKS), help=",".join(BENCHMARKS))
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--markdown", action="store_true", help="the table as Markdown")
     for module in BENCHMARKS.values():

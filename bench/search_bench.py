@@ -2,7 +2,7 @@
 
 Everything goes through the daemon, a real process on a real socket:
 
-- hybrid search p50 / p99 at --entries archival entries, the query's embedding
+- hybrid search p50 / p99 at --search-entries archival entries, the query's embedding
   included. The entries are 6 to 16 words drawn by Zipf's law from 20,000 word
   types (the most frequent 380 real English words, the rest made up), about the
   vocabulary 100,000 memories of English hold; queries are 2 to 6 words drawn
@@ -10,11 +10,11 @@ Everything goes through the daemon, a real process on a real socket:
   unit vectors (a search costs the same whatever they point at, and embedding
   100,000 entries would take minutes each run); the queries are embedded;
 - the daemon's RSS with the model loaded and that agent's vectors in memory;
-- indexing: entries/s the indexer thread embeds, from a backlog of --backlog
+- indexing: entries/s the indexer thread embeds, from a backlog of --search-backlog
   entries, and one client's save p50 / p99 while it does;
 - the daemon's CPU once it is idle again.
 
-Run: python -m bench.search_bench [--entries 100000] [--backlog 3000] [--json]
+Run: python -m bench.search_bench [--search-entries 100000] [--search-backlog 3000] [--json]
 """
 
 from __future__ import annotations
@@ -167,7 +167,10 @@ def run(args: argparse.Namespace) -> list[Figure]:
         workspace = Workspace(root)
         seed(
             workspace,
-            {"big": sentences(args.entries), "mid": sentences(args.entries // 10, seed=8)},
+            {
+                "big": sentences(args.search_entries),
+                "mid": sentences(args.search_entries // 10, seed=8),
+            },
         )
         sock = Path(f"/tmp/oryxmem-search-{random.randrange(1 << 30)}.sock")
         proc = start_oryxmem(
@@ -185,29 +188,33 @@ def run(args: argparse.Namespace) -> list[Figure]:
                 started = time.perf_counter()
                 client.search("big", query, 10)
                 times.append((time.perf_counter() - started) * 1000)
-            label = f"hybrid search p50 at {args.entries} entries"
+            label = f"hybrid search p50 at {args.search_entries} entries"
             figures += [
                 Figure(label, statistics.median(times), "ms", at_most(15, 11, "ms")),
                 Figure(
-                    f"hybrid search p99 at {args.entries} entries", percentile(times, 0.99), "ms"
+                    f"hybrid search p99 at {args.search_entries} entries",
+                    percentile(times, 0.99),
+                    "ms",
                 ),
                 Figure(
-                    f"daemon RSS, model loaded, {args.entries // 10} entries",
+                    f"daemon RSS, model loaded, {args.search_entries // 10} entries",
                     rss_mid,
                     "MB",
                     at_most(250, 11, "MB"),
                 ),
-                Figure(f"  and {args.entries} entries more", rss_mb(proc.pid), "MB"),
+                Figure(f"  and {args.search_entries} entries more", rss_mb(proc.pid), "MB"),
             ]
             # A backlog to embed: an agent written behind the daemon's back, as git would.
             backlog = workspace.memory_path("backlog")
             backlog.parent.mkdir(parents=True, exist_ok=True)
             # English words: made-up ones would take the model several tokens each.
-            news = sentences(args.backlog, seed=9, words=list(dict.fromkeys(VOCABULARY)))
+            news = sentences(args.search_backlog, seed=9, words=list(dict.fromkeys(VOCABULARY)))
             lines = ["## 归档记忆", *(render_entry_line(TS, t) for t in news)]
             backlog.write_text("\n".join(lines) + "\n", encoding="utf-8")
             deadline = time.monotonic() + 60
-            while pending_vectors(client) < args.backlog // 2 and time.monotonic() < deadline:
+            while (
+                pending_vectors(client) < args.search_backlog // 2 and time.monotonic() < deadline
+            ):
                 time.sleep(0.01)  # the rows are in: the indexer has its backlog
             started, left = time.monotonic(), pending_vectors(client)
             saves = []
@@ -231,11 +238,11 @@ def run(args: argparse.Namespace) -> list[Figure]:
             client.close()
             time.sleep(2)
             before, at = cpu_seconds(proc.pid), time.monotonic()
-            time.sleep(args.idle)
+            time.sleep(args.search_idle)
             cpu = (cpu_seconds(proc.pid) - before) / (time.monotonic() - at) * 100
             figures.append(
                 Figure(
-                    f"idle daemon CPU over {args.idle:.0f} s, model loaded",
+                    f"idle daemon CPU over {args.search_idle:.0f} s, model loaded",
                     cpu,
                     "%",
                     below(1, 11, "%"),
@@ -248,9 +255,11 @@ def run(args: argparse.Namespace) -> list[Figure]:
 
 
 def options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--entries", type=int, default=100_000, help="entries searched")
-    parser.add_argument("--backlog", type=int, default=3000, help="entries to embed")
-    parser.add_argument("--idle", type=float, default=20, help="seconds of idle CPU measured")
+    parser.add_argument("--search-entries", type=int, default=100_000, help="entries searched")
+    parser.add_argument("--search-backlog", type=int, default=3000, help="entries to embed")
+    parser.add_argument(
+        "--search-idle", type=float, default=20, help="seconds of idle CPU measured"
+    )
 
 
 def main(argv: list[str] | None = None) -> list[Figure]:

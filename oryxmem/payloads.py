@@ -55,6 +55,7 @@ def search_data(result: SearchResult) -> dict[str, Any]:
         "query": result.query,
         "mode": result.mode,
         "unembedded": result.unembedded,
+        "note": result.note,
         "hits": [
             {**entry_data(hit.entry), "score": hit.score, "arms": list(hit.arms)}
             for hit in result.hits

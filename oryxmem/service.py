@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from oryxmem.clock import clock_for
 from oryxmem.config import Config
 from oryxmem.errors import (
+    BackendUnavailableError,
     EmptyContentError,
     EmptyKeywordError,
     InvalidContentError,
@@ -43,6 +44,7 @@ from oryxmem.index import (
     is_caught_up,
     load_indexes,
     pending,
+    read_index_state,
     rebuild,
     upcoming,
 )
@@ -81,7 +83,7 @@ SEARCH_EMBED_STEPS = 16
 # A hybrid recall returns an entry the keyword arm did not find only when its meaning is
 # this close to the question (cosine): a recall of 'ci' in a two-entry memory is not
 # answered with both.
-RECALL_MIN_SIMILARITY = 0.3
+RECALL_MIN_SIMILARITY = 0.25  # MiniLM: unrelated sentences score about 0.1
 
 
 @dataclass(frozen=True)
@@ -115,6 +117,9 @@ class SearchResult:
     mode: str
     hits: list[SearchHit]
     unembedded: int  # entries the semantic arm has not embedded yet (not searched by it)
+    # Set when the semantic arm could not answer (its embeddings server is down, say):
+    # a hybrid search then answers by words alone, and says so here.
+    note: str | None = None
 
 
 @dataclass(frozen=True)
@@ -460,6 +465,10 @@ class MemoryService:
         for index in self.indexes.values():
             if index.follows_saves or is_caught_up(self.db, index):
                 continue
+            state = read_index_state(self.db, index)
+            if state is None or state.identity != index.identity():
+                with write_transaction(self.db):  # made (again), empty: quick
+                    catch_up(self.db, index, max_steps=0)
             index.prepare(upcoming(self.db, index))  # the slow part: no lock held
             with write_transaction(self.db):
                 taken += catch_up(self.db, index, max_steps=1)
@@ -555,14 +564,22 @@ class MemoryService:
             raise InvalidContentError("the search query holds a lone surrogate (not Unicode)")
         count = limit or int(self.config.get("recall.limit"))
         self.catch_up_indexes()  # the keyword arm sees every row (cheap when current)
-        vectors = self.vector_index()
-        if vectors is not None and not self.indexes_in_background:
-            for _ in range(SEARCH_EMBED_STEPS):
-                if not self.embed_step():
-                    break
+        vectors = None if mode == "keyword" else self.vector_index()
         bm25 = self.indexes["bm25"]
         assert isinstance(bm25, BM25Index)
-        ranking = rank(self.db, ref.agent, query, POOL, mode, bm25, vectors)
+        note = None
+        try:
+            if vectors is not None and not self.indexes_in_background:
+                for _ in range(SEARCH_EMBED_STEPS):
+                    if not self.embed_step():
+                        break
+            ranking = rank(self.db, ref.agent, query, POOL, mode, bm25, vectors)
+        except BackendUnavailableError as error:
+            if mode == "semantic":
+                raise
+            note = f"searched by words only: {error.message}"
+            log.warning("%s", note)
+            ranking = rank(self.db, ref.agent, query, POOL, "keyword", bm25, None)
         hits: list[SearchHit] = []
         for at in range(0, len(ranking.ranked), count):  # the entries of the hits kept only
             chunk = ranking.ranked[at : at + count]
@@ -580,7 +597,7 @@ class MemoryService:
                 hits.append(SearchHit(entry, round(ranked.score, 6), ranked.arms))
             if len(hits) >= count:
                 break
-        return SearchResult(ref, query, mode, hits[:count], ranking.unembedded)
+        return SearchResult(ref, query, mode, hits[:count], ranking.unembedded, note)
 
     def recall(self, agent: str | None, keyword: str) -> RecallResult:
         """What recall_memory answers: memory.recall says hybrid (the best entries for the

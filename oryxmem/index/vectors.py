@@ -27,7 +27,7 @@ import numpy as np
 
 from oryxmem.config import Config
 from oryxmem.embed import Embedder, give_back_freed_memory, load_embedder
-from oryxmem.index import DerivedIndex, Hit, IndexRow
+from oryxmem.index import DerivedIndex, Hit, IndexRow, read_index_state
 from oryxmem.store.db import Executes, insert_values, select_in
 
 if TYPE_CHECKING:
@@ -59,11 +59,16 @@ class _AgentVectors:
             if position is not None:
                 self.alive[position] = False
 
-    def reserve(self, rows: int, width: int = 384) -> None:
-        """Room for this many rows, forgotten ones dropped: made once, or when it grows."""
-        if rows <= len(self.row_ids) and self.count == self.used:
-            return
-        capacity = max(rows, self.count + self.count // 4, 64)  # +25%: few regrowths
+    def reserve(self, rows: int, width: int) -> None:
+        """Room for this many rows in all (forgotten ones count until compacted)."""
+        if rows > len(self.row_ids):
+            self._remake(max(rows, self.count + self.count // 4, 64), width)  # +25%
+
+    def compact(self) -> None:
+        """Drop the forgotten rows from the matrix."""
+        self._remake(len(self.row_ids), self.matrix.shape[1])
+
+    def _remake(self, capacity: int, width: int) -> None:
         keep = np.flatnonzero(self.alive[: self.used])
         matrix = np.zeros((capacity, self.matrix.shape[1] if self.used else width), np.float32)
         if len(keep):
@@ -87,7 +92,7 @@ class _AgentVectors:
             self.where[int(row_id)] = self.used + offset
         self.used = end
         if self.used - self.count > self.used // 4:  # many forgotten: compact
-            self.reserve(self.count)
+            self.compact()
 
     @property
     def count(self) -> int:
@@ -288,15 +293,17 @@ class VectorIndex(DerivedIndex):
         count = db.execute(
             "SELECT count(*) FROM memory_vector_rows WHERE agent = ? AND step > ?", [agent, since]
         ).fetchone()[0]
-        copy.reserve(copy.used + int(count))
         cursor = db.execute(
             "SELECT r.row_id, v.vector FROM memory_vector_rows r JOIN memory_vectors v"
             " ON v.key = r.key WHERE r.agent = ? AND r.step > ?",
             [agent, since],
         )
+        room = copy.used + int(count)
         while chunk := cursor.fetchmany(8192):  # a large agent is read in pieces
             vectors = np.frombuffer(b"".join(row[1] for row in chunk), np.float16)
-            copy.take([row[0] for row in chunk], vectors.reshape(len(chunk), -1))
+            vectors = vectors.reshape(len(chunk), -1)
+            copy.reserve(room, vectors.shape[1])  # all of it at the first piece
+            copy.take([row[0] for row in chunk], vectors)
         copy.step = last
         if not since:
             give_back_freed_memory()  # the pieces read: as much as the matrix again
@@ -306,6 +313,9 @@ class VectorIndex(DerivedIndex):
         self, db: Executes, agent: str, query: str
     ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
         """(row ids, cosine similarity to the query) for every embedded row of the agent."""
+        state = read_index_state(db, self)
+        if state is None or state.identity != self.identity():  # not built here yet
+            return np.zeros(0, np.int64), np.zeros(0, np.float32)
         copy = self._current(db, agent)
         if not copy.count:
             return np.zeros(0, np.int64), np.zeros(0, np.float32)

@@ -1,0 +1,339 @@
+"""Search by meaning and words (issue 11): the real embedder, offline, and its surfaces."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import run_cli
+from daemonhelp import RunningDaemon, daemon
+from embedserver import embeddings_server
+from synchelp import sql, wait_until
+
+from oryxmem.client import Client
+from oryxmem.config import Config, set_value
+from oryxmem.errors import BackendUnavailableError, EmptyKeywordError, InvalidFieldError
+from oryxmem.index import catch_up, read_index_state
+from oryxmem.index.bm25 import BM25Index
+from oryxmem.search import MODES
+from oryxmem.service import MemoryService
+from oryxmem.store.db import write_transaction
+from oryxmem.store.format import render_entry_line
+from oryxmem.workspace import Workspace
+
+FIXTURE = Path(__file__).parent / "fixtures" / "recall-bilingual.json"
+MEMORY = [
+    "User likes tea, green tea in the morning.",
+    'trigger: user="fix the CI" reply="pinned pytest to 8.x"',
+    "Shipped release 1.4 to production.",
+    "用户偏好深色模式，夜里写代码。",
+]
+
+
+def fill(workspace: Workspace, agent: str, contents: list[str]) -> None:
+    service = MemoryService(workspace, Config.load(workspace.config_path))
+    for content in contents:
+        service.save(agent, content)
+    service.close()
+
+
+@pytest.fixture
+def service(workspace: Workspace) -> Iterator[MemoryService]:
+    fill(workspace, "coder", MEMORY)
+    svc = MemoryService(workspace, Config.load(workspace.config_path))
+    yield svc
+    svc.close()
+
+
+def contents(hits: list) -> list[str]:  # type: ignore[type-arg]
+    return [hit.entry.content for hit in hits]
+
+
+def test_a_search_finds_by_meaning_what_no_word_finds(service: MemoryService) -> None:
+    result = service.search("coder", "what beverage does she enjoy", limit=2)
+    assert contents(result.hits)[0] == MEMORY[0]
+    assert result.hits[0].arms == ("semantic",)  # not a word in common
+    assert result.unembedded == 0
+    # And recall_memory (memory.recall = hybrid, the default) answers it too...
+    assert service.recall("coder", "what does the user drink").lines[0].endswith(MEMORY[0])
+    # ...which keyword recall cannot: no entry holds the words.
+    set_value(service.workspace.config_path, "memory.recall", "keyword")
+    exact = MemoryService(service.workspace, Config.load(service.workspace.config_path))
+    assert exact.recall("coder", "what does the user drink").lines == []
+    exact.close()
+
+
+def test_a_chinese_query_finds_a_two_character_word_inside_a_sentence(
+    service: MemoryService,
+) -> None:
+    result = service.search("coder", "深色", limit=1)
+    assert contents(result.hits) == [MEMORY[3]]
+    assert "keyword" in result.hits[0].arms  # the bigram 深色, not only the model
+    assert service.recall("coder", "深色").lines[0].endswith(MEMORY[3])
+
+
+def test_a_recall_answers_only_what_is_related(service: MemoryService) -> None:
+    """Hybrid recall of a word in a small memory is that entry, not the whole memory."""
+    assert [line.split("] ", 1)[1] for line in service.recall("coder", "ci").lines] == [MEMORY[1]]
+
+
+def test_the_whole_query_held_by_an_entry_comes_first(service: MemoryService) -> None:
+    service.save("coder", "before the storm we closed the windows")
+    service.save("coder", "typed during the storm")
+    assert service.recall("coder", "during the storm").lines[0].endswith("typed during the storm")
+    assert "exact" in service.search("coder", "during the storm").hits[0].arms
+
+
+def test_hybrid_recall_on_a_bilingual_memory(workspace: Workspace) -> None:
+    """The quality check of the default suite: a memory of 25 entries in English and
+    Chinese, 21 questions (paraphrases, words, 'when did', Chinese). Each must be
+    answered within the first three of a hybrid search, where the keyword arm alone
+    answers 14 and the semantic arm alone 18; hybrid recall (which leaves out what is
+    neither held by a word nor close in meaning) answers 20 (measured when this was
+    written: 'continuous integration' is not close enough to 'CI' for MiniLM)."""
+    data = json.loads(FIXTURE.read_text(encoding="utf-8"))
+    path = workspace.memory_path("ada")
+    path.parent.mkdir(parents=True)
+    lines = [render_entry_line(ts, content) for ts, content in data["entries"]]
+    path.write_text("## 归档记忆\n" + "\n".join(lines) + "\n", encoding="utf-8")
+    service = MemoryService(workspace, Config.load(workspace.config_path))
+    service.sync()
+    service.reindex()
+    answered: dict[str, list[bool]] = {mode: [] for mode in (*MODES, "recall")}
+    for question in data["questions"]:
+        wanted = {data["entries"][i][1] for i in question["answers"]}
+        for mode in MODES:
+            found = contents(service.search("ada", question["question"], limit=3, mode=mode).hits)
+            answered[mode].append(bool(wanted & set(found)))
+        recalled = {
+            line.split("] ", 1)[1] for line in service.recall("ada", question["question"]).lines
+        }
+        answered["recall"].append(bool(wanted & recalled))
+    service.close()
+    total = len(data["questions"])
+    assert sum(answered["hybrid"]) == total, answered
+    assert sum(answered["recall"]) >= total - 1, answered
+    assert sum(answered["keyword"]) < total and sum(answered["semantic"]) < total
+
+
+def test_the_default_embedder_runs_with_no_network_at_all(workspace: Workspace) -> None:
+    """In a network namespace of its own (no interface but a down loopback), with every
+    socket connection the Python side attempts recorded: the model loads, embeds and
+    searches, and nothing tried to connect anywhere."""
+    if shutil.which("unshare") is None or os.geteuid() != 0:
+        pytest.skip("needs unshare and root for a network namespace")
+    fill(workspace, "coder", MEMORY)
+    script = (
+        "import sys\n"
+        "tried = []\n"
+        "sys.addaudithook(lambda event, args: tried.append(args) if event == 'socket.connect' else None)\n"
+        "from oryxmem.service import MemoryService\n"
+        "service = MemoryService.open()\n"
+        "hits = service.search('coder', 'what does the user drink', limit=1).hits\n"
+        "assert hits[0].entry.content.startswith('User likes tea'), hits\n"
+        "assert tried == [], tried\n"
+        "print('offline ok')\n"
+    )
+    done = subprocess.run(
+        ["unshare", "-n", sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "HOME": str(workspace.root)},
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "offline ok"
+    assert not (workspace.root / ".cache").exists(), "nothing wrote a cache under HOME"
+
+
+def test_vectors_are_derived_dropped_they_are_made_again(service: MemoryService) -> None:
+    before = contents(service.search("coder", "hot drinks").hits)
+    db_path = service.workspace.db_path
+    sql(
+        service.workspace,
+        "DROP TABLE memory_vector_rows; DROP TABLE memory_vectors; DROP TABLE memory_vector_gone;"
+        " DELETE FROM index_state WHERE name = 'vectors'",
+    )
+    fresh = MemoryService(service.workspace, Config.load(service.workspace.config_path))
+    assert contents(fresh.search("coder", "hot drinks").hits) == before
+    assert db_path.exists() and read_index_state(fresh.db, fresh.vector_index()) is not None  # type: ignore[arg-type]
+    fresh.close()
+
+
+def test_another_embedder_embeds_everything_again(workspace: Workspace) -> None:
+    fill(workspace, "coder", MEMORY)
+    with embeddings_server() as (url, seen):
+        for key, value in (
+            ("recall.embedder", "openai-compatible"),
+            ("recall.embedder_url", url),
+            ("recall.embedder_model", "nomic-embed-text"),
+            ("recall.embedder_key_env", "ORYXMEM_TEST_EMBED_KEY"),
+        ):
+            set_value(workspace.config_path, key, value)
+        os.environ["ORYXMEM_TEST_EMBED_KEY"] = "s3cret"
+        try:
+            service = MemoryService(workspace, Config.load(workspace.config_path))
+            result = service.search("coder", "green tea morning", limit=1)
+        finally:
+            del os.environ["ORYXMEM_TEST_EMBED_KEY"]
+        assert contents(result.hits) == [MEMORY[0]]
+        embedded = [text for request in seen.requests for text in request["input"]]  # type: ignore[attr-defined]
+        assert set(MEMORY) <= set(embedded), "every entry embedded by the new model"
+        assert {request["model"] for request in seen.requests} == {"nomic-embed-text"}
+        assert set(seen.authorization) == {"Bearer s3cret"}
+        vectors = service.vector_index()
+        assert vectors is not None and vectors.embedder.model_id.endswith("#nomic-embed-text")
+        service.close()
+
+
+@pytest.mark.parametrize("mode", ["fail", "garbage"])
+def test_an_embeddings_server_that_fails_is_a_clear_error_and_keywords_still_work(
+    workspace: Workspace, mode: str
+) -> None:
+    fill(workspace, "coder", MEMORY)
+    with embeddings_server() as (url, seen):
+        set_value(workspace.config_path, "recall.embedder", "openai-compatible")
+        set_value(workspace.config_path, "recall.embedder_url", url)
+        set_value(workspace.config_path, "recall.embedder_model", "m")
+        seen.mode = mode
+        service = MemoryService(workspace, Config.load(workspace.config_path))
+        with pytest.raises(BackendUnavailableError, match="did not answer as expected"):
+            service.search("coder", "tea", mode="semantic")
+        hybrid = service.search("coder", "tea")  # by words, and it says why
+        assert contents(hybrid.hits)[0] == MEMORY[0]
+        assert hybrid.note and "searched by words only" in hybrid.note
+        assert service.recall("coder", "tea").lines[0].endswith(MEMORY[0])
+        assert contents(service.search("coder", "tea", mode="keyword").hits)[0] == MEMORY[0]
+        service.close()
+
+
+def test_a_row_taken_in_early_as_a_dependent_is_not_taken_in_twice(
+    workspace: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression: catching up in steps smaller than the rows to take in, the keyword arm
+    took a row in as the context of the one before it, then again as a change of its
+    own (sqlite3.IntegrityError)."""
+    service = MemoryService(workspace, Config.load(workspace.config_path))
+    index = BM25Index()
+    monkeypatch.setattr(BM25Index, "batch", 3)
+    with write_transaction(service.db):
+        catch_up(service.db, index)
+    for n in range(10):
+        sql(workspace, f"INSERT INTO memory_entries(agent, content) VALUES ('coder', 'row {n}')")
+    with write_transaction(service.db):
+        catch_up(service.db, index)
+    counted = service.db.execute("SELECT entries FROM memory_terms_count").fetchone()[0]
+    assert counted == 10 == service.db.execute("SELECT count(*) FROM memory_terms").fetchone()[0]
+    service.close()
+
+
+def test_bad_searches_are_clear_errors(service: MemoryService) -> None:
+    with pytest.raises(EmptyKeywordError):
+        service.search("coder", "  ")
+    with pytest.raises(InvalidFieldError, match="mode must be one of"):
+        service.search("coder", "tea", mode="fuzzy")
+
+
+def test_the_cli_offers_the_search_modes() -> None:
+    from oryxmem.cli import SEARCH_MODES
+
+    assert SEARCH_MODES == MODES
+
+
+@pytest.fixture
+def running(workspace: Workspace, tmp_path: Path) -> Iterator[RunningDaemon]:
+    fill(workspace, "coder", MEMORY)
+    with daemon(workspace, tmp_path / "daemon.log") as proc:
+        with Client(proc.socket) as client:  # the indexer thread embeds them first
+            wait_until(lambda: client.health()["indexes"]["vectors"]["pending"] == 0)
+        yield proc
+
+
+def test_search_over_the_socket_the_client_the_cli_and_the_tool(
+    workspace: Workspace, running: RunningDaemon
+) -> None:
+    status, reply = running.curl("http://x/api/v1/agents/coder/memory/search?q=beverage&k=1")
+    assert status == 200 and reply["code"] == 0
+    [hit] = reply["data"]["hits"]
+    assert hit["content"] == MEMORY[0] and hit["arms"] == ["semantic"] and 0 < hit["score"] <= 2
+    assert reply["data"]["mode"] == "hybrid"
+    status, reply = running.curl("http://x/api/v1/agents/coder/memory/search?q=tea&mode=keyword")
+    arms = {h["content"]: h["arms"] for h in reply["data"]["hits"]}
+    assert arms[MEMORY[0]] == ["exact", "keyword"]  # the entries after it: by their context
+    assert all(a == ["context"] for c, a in arms.items() if c != MEMORY[0])
+    for query, code in (
+        ("q=tea&k=0", 1002),
+        ("q=tea&k=x", 1002),
+        ("q=tea&mode=nope", 1002),
+        ("q=", 1009),
+    ):
+        status, reply = running.curl(f"http://x/api/v1/agents/coder/memory/search?{query}")
+        assert (status, reply["code"]) == (400, code), (query, reply)
+    status, reply = running.curl("http://x/api/v1/memory/search?q=anything")
+    assert status == 200 and reply["data"]["agent"] == ""
+    with Client(running.socket) as client:
+        assert client.search("coder", "hot drink", 1)["hits"][0]["content"] == MEMORY[0]
+        tool = client.recall_memory_tool(
+            {"query": "what does the user drink", "limit": 1}, agent="coder"
+        )
+        assert tool["strategy"] == "hybrid" and len(tool["lines"]) == 1
+        assert tool["lines"][0].endswith(MEMORY[0])
+        capped = client.recall_memory_tool({"keyword": "e", "limit": 2}, agent="coder")
+        assert len(capped["lines"]) <= 2
+        with pytest.raises(InvalidFieldError, match="'limit'"):
+            client.recall_memory_tool({"query": "tea", "limit": 1000}, agent="coder")
+    done = run_cli("search", "-a", "coder", "-k", "1", "--json", "hot drink")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["hits"][0]["content"] == MEMORY[0]
+    done = run_cli("search", "-a", "coder", "深色")
+    assert done.stdout.splitlines()[0].endswith(MEMORY[3]) and "keyword" in done.stdout
+    tools = sql(workspace, "SELECT tool, ok, input FROM tool_invocations ORDER BY id").splitlines()
+    assert tools[0].startswith('recall_memory|1|{"query"')
+
+
+def test_search_answers_while_vectors_are_made_and_says_how_many_are_missing(
+    workspace: Workspace, running: RunningDaemon
+) -> None:
+    path = workspace.memory_path("backlog")
+    path.parent.mkdir(parents=True)
+    lines = [
+        render_entry_line("2026-07-22 09:30:00", f"backlog note {n} about kettles")
+        for n in range(1200)
+    ]
+    path.write_text("## 归档记忆\n" + "\n".join(lines) + "\n", encoding="utf-8")
+    with Client(running.socket) as client:
+        rows = "SELECT count(*) FROM memory_entries WHERE agent = 'backlog'"
+        wait_until(lambda: sql(workspace, rows).strip() == "1200")  # the file is taken in
+        answered = client.search("backlog", "kettles", 5)  # the indexer has barely begun
+        assert len(answered["hits"]) == 5  # the keyword arm does not wait for vectors
+        missing = [answered["unembedded"]]
+        wait_until(
+            lambda: (
+                missing.append(client.search("backlog", "kettles", 5)["unembedded"])
+                or missing[-1] == 0
+            ),
+            timeout=120,
+        )
+        assert max(missing) > 0, "the search said what it had not embedded yet"
+        assert client.health()["indexes"]["vectors"]["pending"] == 0
+
+
+def test_reindex_with_and_without_the_daemon(workspace: Workspace, tmp_path: Path) -> None:
+    fill(workspace, "coder", MEMORY)
+    done = run_cli("reindex", env={"ORYXMEM_NO_DAEMON": "1"})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"reindexed every agent: {len(MEMORY)} entries embedded\n"
+    with daemon(workspace, tmp_path / "d.log"):
+        done = run_cli("reindex", "--agent", "coder", "--json")
+        assert done.returncode == 0, done.stderr
+        data = json.loads(done.stdout)
+        assert data["agent"] == "coder" and data["indexes"]["vectors"]["pending"] == 0
+        assert run_cli("search", "-a", "coder", "-k", "1", "hot drinks").stdout.endswith(
+            MEMORY[0] + "\n"
+        )
