@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import sys
+import time
 import unicodedata
 from collections.abc import Callable
 from pathlib import Path
@@ -248,6 +249,8 @@ def search(
     if as_json:
         emit_json(data)
         return
+    if data["note"]:
+        click.echo(f"oryxmem: note: {data['note']}", err=True)
     for hit in data["hits"]:
         arms = "+".join(hit["arms"])
         click.echo(f"{hit['score']:.3f}  {arms:<16} {terminal_safe(hit['line'])}")
@@ -260,7 +263,7 @@ def search(
 
 
 @cli.command()
-@agent_option
+@click.option("--agent", "-a", default=None, metavar="NAME", help="Only this agent (omit for all).")
 @json_option
 @pass_context
 def reindex(ctx: Context, agent: str | None, as_json: bool) -> None:
@@ -279,8 +282,6 @@ def reindex(ctx: Context, agent: str | None, as_json: bool) -> None:
             done = ctx.service.reindex(name, progress=lambda d, t: bar.set(d, t))
         data = {"agent": name, "embedded": done, "indexes": ctx.service.index_summary()}
     else:
-        import time
-
         with _progress(show_bar) as bar:
             total = int(started["indexes"].get("vectors", {}).get("pending") or 0)
             while True:

@@ -138,6 +138,10 @@ class DaemonAlreadyRunningError(OryxError, code=2008, http_status=409):
     """A daemon already serves this workspace."""
 
 
+class EmbedderUnavailableError(OryxError, code=2009, http_status=503):
+    """The embedder cannot embed now (its server is down, its model file is wrong)."""
+
+
 # A bare OryxError is an internal one.
 OryxError.code, OryxError.http_status = InternalError.code, InternalError.http_status
 

@@ -9,10 +9,10 @@ with weights, KEYWORD_WEIGHT and SEMANTIC_WEIGHT.
 Every choice here was kept only because bench/recall_quality.py (the LoCoMo dev
 set: 354 questions over three long conversations) showed it helps; the README
 has the table. The keyword arm carries most of it (with its context column,
-recall@5 0.638 alone); the semantic arm adds what words miss (0.657 fused), in
+recall@5 0.641 alone); the semantic arm adds what words miss (0.660 fused), in
 every category, and finds paraphrases words cannot ('what does the user drink'
 for 'likes tea'). What the numbers rejected: reciprocal-rank fusion (R@5 0.458
-against 0.522 for BM25 without context: a weak arm's top ranks count as much as
+against 0.522 for BM25 without context then: a weak arm's top ranks count as much as
 a strong one's), pseudo-relevance feedback on either arm (R@10 +0.01 at most,
 R@1 -0.04 to -0.08), neighbour scores added after fusion (below the context
 column), embedding an entry together with its neighbours (0.354 against 0.342
@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from oryxmem.index import pending
 from oryxmem.index.bm25 import BM25Index
 from oryxmem.index.vectors import VectorIndex
 from oryxmem.store.db import Executes, select_in
@@ -90,9 +89,9 @@ def rank(
     semantic_scores: dict[int, tuple[float, float]] = {}  # row -> (scaled, cosine)
     unembedded = 0
     if vectors is not None and mode in ("hybrid", "semantic"):
-        row_ids, similarity = vectors.scores(db, agent, query)
-        semantic_scores = _normalised_top(row_ids, similarity, POOL)
-        unembedded = pending(db, vectors, agent) or 0
+        found = vectors.scores(db, agent, query)
+        semantic_scores = _normalised_top(found.row_ids, found.similarity, POOL)
+        unembedded = found.unembedded
     candidates = keyword_scores.keys() | semantic_scores.keys()
     exact = _holding_whole(db, query, candidates) if mode != "semantic" else set()
     keyword_weight, semantic_weight = {

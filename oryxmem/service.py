@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from oryxmem.clock import clock_for
 from oryxmem.config import Config
 from oryxmem.errors import (
-    BackendUnavailableError,
+    EmbedderUnavailableError,
     EmptyContentError,
     EmptyKeywordError,
     InvalidContentError,
@@ -226,8 +226,10 @@ class MemoryService:
         self._readers: dict[str, LongTermMemoryStore] = {}
         self._indexes: dict[str, DerivedIndex] | None = None
         self._unmirrored: dict[str, _Unmirrored] = {}
-        # The daemon embeds in a thread of its own; anywhere else a search does some first.
-        self.indexes_in_background = False
+        # A search first brings the indexes up to the rows (and embeds a few batches), but
+        # in the daemon: its memory thread keeps the keyword indexes current, its indexer
+        # thread the vectors, and its readers only read.
+        self.index_upkeep = True
         self.batches = 0
         self.saves = 0
         self.mirrors = 0
@@ -563,18 +565,19 @@ class MemoryService:
         if _LONE_SURROGATE.search(query):
             raise InvalidContentError("the search query holds a lone surrogate (not Unicode)")
         count = limit or int(self.config.get("recall.limit"))
-        self.catch_up_indexes()  # the keyword arm sees every row (cheap when current)
+        if self.index_upkeep:
+            self.catch_up_indexes()  # the keyword arm sees every row (cheap when current)
         vectors = None if mode == "keyword" else self.vector_index()
         bm25 = self.indexes["bm25"]
         assert isinstance(bm25, BM25Index)
         note = None
         try:
-            if vectors is not None and not self.indexes_in_background:
+            if vectors is not None and self.index_upkeep:
                 for _ in range(SEARCH_EMBED_STEPS):
                     if not self.embed_step():
                         break
             ranking = rank(self.db, ref.agent, query, POOL, mode, bm25, vectors)
-        except BackendUnavailableError as error:
+        except EmbedderUnavailableError as error:
             if mode == "semantic":
                 raise
             note = f"searched by words only: {error.message}"

@@ -2,7 +2,8 @@
 
 No model runs here: a text's vector is made from the words it holds (each word a
 fixed random direction), so texts sharing words are close, as a real model's are.
-It can be told to answer slowly, fail, or send garbage.
+It can be told to answer slowly, to hold every answer until released, to fail, or to
+send garbage.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ def fake_vector(text: str) -> list[float]:
 
 @dataclass
 class Behaviour:
-    mode: str = "ok"  # ok | fail | garbage | slow
+    mode: str = "ok"  # ok | fail | garbage | slow | held (until released is set)
+    released: threading.Event = field(default_factory=threading.Event)
     requests: list[dict[str, object]] = field(default_factory=list)
     authorization: list[str | None] = field(default_factory=list)
 
@@ -50,6 +52,8 @@ def embeddings_server() -> Iterator[tuple[str, Behaviour]]:
             behaviour.authorization.append(self.headers.get("Authorization"))
             if behaviour.mode == "slow":
                 time.sleep(2)
+            if behaviour.mode == "held":
+                behaviour.released.wait(60)
             if behaviour.mode == "fail":
                 self.send_response(500)
                 self.end_headers()

@@ -14,11 +14,12 @@ import pytest
 from conftest import run_cli
 from daemonhelp import RunningDaemon, daemon
 from embedserver import embeddings_server
-from synchelp import sql, wait_until
+from synchelp import Background, sql, wait_until
 
 from oryxmem.client import Client
 from oryxmem.config import Config, set_value
-from oryxmem.errors import BackendUnavailableError, EmptyKeywordError, InvalidFieldError
+from oryxmem.errors import EmbedderUnavailableError, EmptyKeywordError, InvalidFieldError
+from oryxmem.index import bm25 as bm25_module
 from oryxmem.index import catch_up, read_index_state
 from oryxmem.index.bm25 import BM25Index
 from oryxmem.search import MODES
@@ -67,6 +68,30 @@ def test_a_search_finds_by_meaning_what_no_word_finds(service: MemoryService) ->
     exact = MemoryService(service.workspace, Config.load(service.workspace.config_path))
     assert exact.recall("coder", "what does the user drink").lines == []
     exact.close()
+
+
+def test_what_was_saved_a_moment_ago_is_found_by_meaning_before_the_indexer_has_it(
+    service: MemoryService,
+) -> None:
+    """The daemon's service leaves embedding to its indexer thread; a search embeds the
+    few rows changed since the indexer's last step itself, and leaves out the vectors
+    of the texts they no longer hold."""
+    service.search("coder", "warm up")  # every row embedded so far
+    service.indexes_in_background = True  # as in the daemon: nothing more is embedded
+    service.save("coder", "Drives a red bicycle to the office.")
+    found = service.search("coder", "how does she commute", limit=1, mode="semantic")
+    assert contents(found.hits) == ["Drives a red bicycle to the office."]
+    assert found.unembedded == 0
+    with write_transaction(service.db):  # another program rewrites the tea entry
+        service.db.execute(
+            "UPDATE memory_entries SET content = 'Owns a grey cat.' WHERE content = ?",
+            [MEMORY[0]],
+        )
+    drinks = service.search("coder", "what does the user drink", limit=4, mode="semantic")
+    assert MEMORY[0] not in contents(drinks.hits)  # its old vector is not used
+    pets = service.search("coder", "which pet does she have", limit=1, mode="semantic")
+    assert contents(pets.hits) == ["Owns a grey cat."]
+    assert service.recall("coder", "how does she commute").lines[0].endswith("office.")
 
 
 def test_a_chinese_query_finds_a_two_character_word_inside_a_sentence(
@@ -203,7 +228,7 @@ def test_an_embeddings_server_that_fails_is_a_clear_error_and_keywords_still_wor
         set_value(workspace.config_path, "recall.embedder_model", "m")
         seen.mode = mode
         service = MemoryService(workspace, Config.load(workspace.config_path))
-        with pytest.raises(BackendUnavailableError, match="did not answer as expected"):
+        with pytest.raises(EmbedderUnavailableError, match="did not answer as expected"):
             service.search("coder", "tea", mode="semantic")
         hybrid = service.search("coder", "tea")  # by words, and it says why
         assert contents(hybrid.hits)[0] == MEMORY[0]
@@ -211,6 +236,39 @@ def test_an_embeddings_server_that_fails_is_a_clear_error_and_keywords_still_wor
         assert service.recall("coder", "tea").lines[0].endswith(MEMORY[0])
         assert contents(service.search("coder", "tea", mode="keyword").hits)[0] == MEMORY[0]
         service.close()
+
+
+def test_an_embedder_that_does_not_answer_never_holds_up_a_save(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    """Searches run on the daemon's reader threads: one waiting for its query's embedding
+    leaves the memory thread free, so saves (and everything but ranking) go on."""
+    fill(workspace, "coder", MEMORY)
+    with embeddings_server() as (url, seen):
+        set_value(workspace.config_path, "recall.embedder", "openai-compatible")
+        set_value(workspace.config_path, "recall.embedder_url", url)
+        set_value(workspace.config_path, "recall.embedder_model", "m")
+        with daemon(workspace, tmp_path / "d.log") as running, Client(running.socket) as client:
+            wait_until(lambda: client.health()["indexes"]["vectors"]["pending"] == 0)
+            seen.mode = "held"
+            found: list[str] = []
+
+            def search() -> None:
+                with Client(running.socket) as other:
+                    hits = other.search("coder", "green tea", 1, "semantic")["hits"]
+                    found.extend(hit["content"] for hit in hits)
+
+            waiting = Background(search)
+            waiting.start()
+            wait_until(lambda: any(r["input"] == ["green tea"] for r in seen.requests))
+            for n in range(5):
+                client.save("coder", f"saved while the embedder says nothing {n}")
+            words = client.search("coder", "embedder says nothing", 10, "keyword")["hits"]
+            assert len(words) == 5 and client.health()["status"] == "ok"
+            assert waiting.is_alive(), "the search still waits for its embedding"
+            seen.released.set()
+            waiting.join()
+            assert found == [MEMORY[0]]
 
 
 def test_a_row_taken_in_early_as_a_dependent_is_not_taken_in_twice(
@@ -230,6 +288,22 @@ def test_a_row_taken_in_early_as_a_dependent_is_not_taken_in_twice(
         catch_up(service.db, index)
     counted = service.db.execute("SELECT entries FROM memory_terms_count").fetchone()[0]
     assert counted == 10 == service.db.execute("SELECT count(*) FROM memory_terms").fetchone()[0]
+    service.close()
+
+
+def test_a_query_of_only_the_commonest_words_is_ranked_among_the_newest_holding_them(
+    workspace: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A word most of a large memory holds would have BM25 score all of it: the keyword
+    arm then ranks only the newest COMMON_ENTRIES entries holding it."""
+    monkeypatch.setattr(bm25_module, "COMMON_ENTRIES", 5)
+    fill(workspace, "coder", [f"coffee note {n}" for n in range(12)] + ["tea note"])
+    service = MemoryService(workspace, Config.load(workspace.config_path))
+    found = service.search("coder", "coffee", limit=20, mode="keyword")
+    newest = {f"coffee note {n}" for n in range(8, 12)} | {"tea note"}  # by its context
+    assert set(contents(found.hits)) == newest
+    rare = service.search("coder", "tea coffee", limit=20, mode="keyword")
+    assert contents(rare.hits)[0] == "tea note"  # a rarer word: matched as ever
     service.close()
 
 

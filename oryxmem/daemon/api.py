@@ -19,6 +19,7 @@ from typing import Any
 
 from aiohttp import web
 
+from oryxmem.daemon.readers import Readers
 from oryxmem.daemon.sockets import peer_uid
 from oryxmem.daemon.worker import MemoryWorker
 from oryxmem.errors import (
@@ -53,6 +54,7 @@ MAX_BODY_BYTES = 1024 * 1024
 MAX_RESULTS = 100  # the most entries one search or recall call returns
 Handler = Callable[[web.Request], Awaitable[Any]]
 WORKER: web.AppKey[MemoryWorker] = web.AppKey("worker", MemoryWorker)
+READERS: web.AppKey[Readers] = web.AppKey("readers", Readers)
 HEALTH: web.AppKey[Callable[[], dict[str, Any]]] = web.AppKey("health")
 CLIENT_TIMEOUT = web.AppKey("client_timeout", float)
 
@@ -181,6 +183,24 @@ async def run(request: web.Request, work: Callable[[MemoryService], Any]) -> Any
     return await asyncio.wrap_future(request.app[WORKER].call(work))
 
 
+async def ranked(
+    request: web.Request, ref: AgentRef | None, work: Callable[[MemoryService], Any]
+) -> Any:
+    """A search (or a recall by meaning) on a reader thread (readers.py says why). First,
+    on the memory thread, the rows take in every save acknowledged before this request
+    and the keyword indexes every row (and the agent named in the URL is found safe)."""
+    if ref is None:
+        await run(request, MemoryService.catch_up_indexes)
+    else:
+        await run_for(request, ref, MemoryService.catch_up_indexes)
+    return await asyncio.wrap_future(request.app[READERS].call(work))
+
+
+def ranks(request: web.Request) -> bool:
+    """Does recall answer by meaning and words (memory.recall = hybrid)?"""
+    return bool(request.app[WORKER].service.config.get("memory.recall") == "hybrid")
+
+
 async def run_for(request: web.Request, ref: AgentRef, work: Callable[[MemoryService], Any]) -> Any:
     """run() for the agent named in the URL, once its folder is found safe."""
 
@@ -224,7 +244,11 @@ async def recall(request: web.Request) -> Any:
     keyword = request.query.get("keyword", "")
     if not keyword.strip():
         raise EmptyKeywordError("give ?keyword= a word to look for")
-    return await run_for(request, ref, lambda s: recall_data(s.recall(ref.agent, keyword)))
+
+    def answer(service: MemoryService) -> dict[str, Any]:
+        return recall_data(service.recall(ref.agent, keyword))
+
+    return await (ranked if ranks(request) else run_for)(request, ref, answer)
 
 
 async def search(request: web.Request) -> Any:
@@ -234,7 +258,7 @@ async def search(request: web.Request) -> Any:
         raise EmptyKeywordError("give ?q= a question or words to look for")
     limit = _int_query(request, "k", MAX_RESULTS)
     mode = request.query.get("mode", "hybrid")
-    return await run_for(
+    return await ranked(
         request, ref, lambda s: search_data(s.search(ref.agent, query, limit=limit, mode=mode))
     )
 
@@ -312,6 +336,8 @@ async def _do_tool_recall(request: web.Request, body: dict[str, Any], agent: str
             return data
         return recall_data(service.recall_by_meaning(agent, words, limit))
 
+    if query is not None or ranks(request):
+        return await ranked(request, None, answer)
     return await run(request, answer)
 
 
@@ -383,10 +409,14 @@ def _int_query(request: web.Request, name: str, most: int | None = None) -> int 
 
 
 def make_app(
-    worker: MemoryWorker, health_data: Callable[[], dict[str, Any]], client_timeout: float
+    worker: MemoryWorker,
+    readers: Readers,
+    health_data: Callable[[], dict[str, Any]],
+    client_timeout: float,
 ) -> web.Application:
     app = web.Application(middlewares=[wrap_in_envelope], client_max_size=MAX_BODY_BYTES)
     app[WORKER] = worker
+    app[READERS] = readers
     app[HEALTH] = health_data
     app[CLIENT_TIMEOUT] = client_timeout
     routes = [

@@ -26,6 +26,7 @@ from oryxmem.config import Config
 from oryxmem.daemon import api, sockets
 from oryxmem.daemon.indexer import Indexer
 from oryxmem.daemon.notify import notify, watchdog_interval
+from oryxmem.daemon.readers import Readers
 from oryxmem.daemon.worker import MemoryWorker
 from oryxmem.errors import DaemonAlreadyRunningError
 from oryxmem.fileio import raise_open_file_limit
@@ -49,6 +50,7 @@ class Daemon:
         self.watcher: SyncWatcher | None = None
         self.worker: MemoryWorker | None = None
         self.indexer: Indexer | None = None
+        self.readers: Readers | None = None
 
     # --- one daemon per workspace ---------------------------------------------------
 
@@ -82,12 +84,13 @@ class Daemon:
             sock = sockets.bind(self.socket_path)
         connect(self.workspace.db_path).close()  # create and migrate it once, before the threads
         service = MemoryService(self.workspace, self.config)
-        service.indexes_in_background = True  # the indexer thread embeds
+        service.index_upkeep = False  # it catches up when asked (api.ranked), never embeds
         self.watcher = SyncWatcher(
             self.workspace, files=service.files, config=self.config, on_report=_log_report
         )
         self.indexer = Indexer(MemoryService(self.workspace, self.config, files=service.files))
         self.worker = MemoryWorker(service, self.watcher.schedule, self.indexer.wake)
+        self.readers = Readers(self.workspace, self.config, service.files)
         self.watcher.before_reconcile = self.worker.flush
         self.watcher.after_reconcile = self.worker.indexes_changed
         notify("STATUS=catching up with changes made while stopped")
@@ -98,6 +101,7 @@ class Daemon:
         try:
             uvloop.run(self._serve(sock))
         finally:
+            self.readers.stop()
             self.indexer.stop()
             self.watcher.stop()  # before the worker: it closes the stores the threads use
             self.worker.stop()  # requests have drained; finishes queued saves first
@@ -108,9 +112,9 @@ class Daemon:
         return 0
 
     async def _serve(self, sock: socket.socket) -> None:
-        assert self.worker is not None and self.watcher is not None
+        assert self.worker is not None and self.watcher is not None and self.readers is not None
         client_timeout = float(self.config.get("daemon.client_timeout_seconds"))
-        app = api.make_app(self.worker, self.health, client_timeout)
+        app = api.make_app(self.worker, self.readers, self.health, client_timeout)
         runner = web.AppRunner(
             app,
             handle_signals=False,

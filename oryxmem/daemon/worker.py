@@ -24,7 +24,8 @@ thread, busy with a mirror, starts no append. When there is nothing else to
 do, the thread lets the derived indexes catch up, one batch at a time; under
 sustained load they take a batch at most INDEX_MAX_LAG_SECONDS apart, within a
 mirror or between calls (recall is exact meanwhile: it checks the rows the index
-has not taken in; a search catches the keyword arm up first).
+has not taken in; a search has them caught up first). Searches are ranked on the
+reader threads (readers.py), not here: only that catch-up runs on this thread.
 """
 
 from __future__ import annotations

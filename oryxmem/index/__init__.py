@@ -193,6 +193,21 @@ def unindexed_row_ids(db: Executes, index: DerivedIndex, agent: str) -> list[int
     return sorted({row[0] for row in rows})
 
 
+def newest_changed(db: Executes, index: DerivedIndex, agent: str, limit: int) -> list[int]:
+    """Up to limit of the agent's rows changed since the index's cursor (saved, edited or
+    deleted a moment ago), the latest first. Rows a rebuild has not reached are not
+    among them (none while the index was never built here)."""
+    state = read_index_state(db, index)
+    if state is None or state.identity != index.identity():
+        return []
+    changed = db.execute(
+        "SELECT row_id FROM memory_changes WHERE seq > ? AND agent = ?"
+        " GROUP BY row_id ORDER BY max(seq) DESC LIMIT ?",
+        [state.cursor, agent, limit],
+    ).fetchall()
+    return [row[0] for row in changed]
+
+
 def is_caught_up(db: Executes, index: DerivedIndex) -> bool:
     """One probe: has the index taken in every change, and finished any rebuild?"""
     state = read_index_state(db, index)
