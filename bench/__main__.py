@@ -5,7 +5,7 @@ an issue set for it and whether the median holds. Timings that depend on the
 machine's disk come with their ratio to a floor measured in the same run: one
 fsync'd atomic replace of a small file, and one SQLite commit (WAL, FULL).
 
-Run: python -m bench [--runs 3] [--quick] [--only store,sync,socket,search,recall]
+Run: python -m bench [--runs 3] [--quick] [--only store,sync,socket,search,recall,agents]
                     [--json | --markdown]
 """
 
@@ -17,7 +17,14 @@ import platform
 import sys
 import time
 
-from bench import recall_quality, search_bench, socket_bench, store_bench, sync_bench
+from bench import (
+    agents_bench,
+    recall_quality,
+    search_bench,
+    socket_bench,
+    store_bench,
+    sync_bench,
+)
 from bench.common import Figure, merge_runs, print_markdown, print_table
 
 BENCHMARKS = {
@@ -26,6 +33,7 @@ BENCHMARKS = {
     "socket": socket_bench,
     "search": search_bench,
     "recall": recall_quality,
+    "agents": agents_bench,
 }
 # Smaller sizes for a check that the benchmarks run (minutes, not tens of minutes);
 # the goals were set for the full sizes.
@@ -43,6 +51,10 @@ QUICK = [
     "--search-backlog",
     "1000",
     "--search-idle",
+    "5",
+    "--calls",
+    "50",
+    "--hooks",
     "5",
 ]
 

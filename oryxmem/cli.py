@@ -13,12 +13,13 @@ import time
 import unicodedata
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import click
 
 from oryxmem import __version__
 from oryxmem import config as config_module
+from oryxmem.agents.install import HOOK_CLIENTS, MCP_CLIENTS
 from oryxmem.config import Config
 from oryxmem.errors import DaemonUnavailableError, OryxError
 from oryxmem.payloads import (
@@ -29,12 +30,9 @@ from oryxmem.payloads import (
     save_data,
     search_data,
 )
+from oryxmem.reach import Reach
 from oryxmem.store.format import ARCHIVAL, SCOPES, escape_content
 from oryxmem.workspace import init_workspace, open_workspace, resolve_agent, socket_path
-
-if TYPE_CHECKING:
-    from oryxmem.client import Client
-    from oryxmem.service import MemoryService
 
 # Imported where a command needs them, not here: a call the daemon answers imports
 # neither the stores nor SQLite (oryxmem.service, oryxmem.store.rows, oryxmem.fileio).
@@ -44,34 +42,8 @@ EXIT_ERROR = 1
 EXIT_INTERNAL = 70
 
 
-class Context:
-    def __init__(self, root: str | None) -> None:
-        self.root = root
-        self._service: MemoryService | None = None
-        self._client: Client | None = None
-        self._daemon_checked = False
-
-    @property
-    def service(self) -> MemoryService:
-        if self._service is None:
-            from oryxmem.service import MemoryService
-
-            self._service = MemoryService.open(self.root)
-        return self._service
-
-    def client(self) -> Client | None:
-        """A client of this workspace's daemon when one runs, else None."""
-        if not self._daemon_checked:
-            self._daemon_checked = True
-            if os.environ.get("ORYXMEM_NO_DAEMON"):
-                return None
-            workspace = open_workspace(self.root)
-            path = socket_path(workspace, Config.load(workspace.config_path))
-            if path.exists():
-                from oryxmem.client import Client  # only when a daemon may run
-
-                self._client = Client(path)
-        return self._client
+class Context(Reach):
+    """The workspace a command reaches (reach.py: the daemon, else the stores)."""
 
     def agent(self, name: str | None) -> str | None:
         """The agent to use: an unsafe name falls back to the global file, with a warning,
@@ -85,22 +57,6 @@ class Context:
             )
             return None
         return name
-
-    def call(self, remote: Callable[[Client], Any], local: Callable[[MemoryService], Any]) -> Any:
-        """Ask the daemon when it runs; use the stores directly (same locks) when not."""
-        client = self.client()
-        if client is not None:
-            try:
-                return remote(client)
-            except DaemonUnavailableError:
-                self._client = None  # a stale socket: the daemon is gone
-        return local(self.service)
-
-    def close(self) -> None:
-        if self._client is not None:
-            self._client.close()
-        if self._service is not None:
-            self._service.close()
 
 
 pass_context = click.make_pass_decorator(Context)
@@ -610,6 +566,115 @@ def config_set(ctx: Context, key: str, value: str) -> None:
     workspace = open_workspace(ctx.root)
     stored = config_module.set_value(workspace.config_path, key, value)
     click.echo(f"{key} = {json.dumps(stored, ensure_ascii=False)}")
+
+
+# --- agent hosts: MCP and hooks ------------------------------------------------------
+
+HOST_AGENT_HELP = "Agent name (default: $ORYXMEM_AGENT; omit both for the global file)."
+
+
+def host_agent_option(func: F) -> F:
+    return click.option(
+        "--agent", "-a", default=None, envvar="ORYXMEM_AGENT", metavar="NAME", help=HOST_AGENT_HELP
+    )(func)
+
+
+def scope_option(func: F) -> F:
+    return click.option(
+        "--scope",
+        type=click.Choice(["project", "user"]),
+        default="project",
+        show_default=True,
+        help="project: this workspace's config files; user: your home's.",
+    )(func)
+
+
+def install_options(func: F) -> F:
+    """--scope, --agent and --dry-run, then the Context: what every installer takes."""
+    dry_run = click.option("--dry-run", is_flag=True, help="Show the change; write nothing.")
+    return cast(F, scope_option(host_agent_option(dry_run(pass_context(func)))))
+
+
+def _install(
+    ctx: Context, make: Callable[..., Any], host: str, scope: str, agent: str | None, dry: bool
+) -> None:
+    """Write (or with ``dry``, show) the change ``make`` works out for this host."""
+    change = make(host, scope, open_workspace(ctx.root).root, ctx.agent(agent), Path.home())
+    if not change.changed:
+        click.echo(f"{change.path}: already set up; nothing changed")
+    elif dry:
+        click.echo(change.diff(), nl=False)
+    else:
+        change.write()
+        click.echo(f"wrote {change.path}")
+
+
+@cli.group(invoke_without_command=True)
+@host_agent_option
+@click.pass_context
+def mcp(click_ctx: click.Context, agent: str | None) -> None:
+    """Serve the agent's memory as MCP tools over stdio (for Claude Code, Codex, ...)."""
+    if click_ctx.invoked_subcommand is not None:
+        return
+    from oryxmem.agents.mcp import serve  # the SDK only when serving
+
+    ctx = click_ctx.ensure_object(Context)
+    serve(ctx.root, ctx.agent(agent))
+
+
+@mcp.command("install")
+@click.option("--client", "host", type=click.Choice(MCP_CLIENTS), required=True, help="The host.")
+@install_options
+def mcp_install(ctx: Context, host: str, scope: str, agent: str | None, dry_run: bool) -> None:
+    """Register `oryxmem mcp` in the host's own config file."""
+    from oryxmem.agents.install import mcp_change
+
+    _install(ctx, mcp_change, host, scope, agent, dry_run)
+
+
+@cli.group()
+def hook() -> None:
+    """Hooks for coding agents: memory in at session start and on each prompt, a
+    footprint out when the agent stops. The host runs them (see `hook install`)."""
+
+
+def _hook_command(event: str) -> click.Command:
+    @click.option(
+        "--client",
+        "host",
+        type=click.Choice(HOOK_CLIENTS),
+        default="claude-code",
+        show_default=True,
+    )
+    @host_agent_option
+    @pass_context
+    def run_hook(ctx: Context, host: str, agent: str | None) -> None:
+        from oryxmem.agents.hooks import Hook
+        from oryxmem.agents.hooks import main as hook_main
+
+        hook_main(Hook(event, host, ctx.root, agent), sys.stdin, sys.stdout, sys.stderr)
+
+    run_hook.__doc__ = HOOK_HELP[event]
+    return hook.command(event)(run_hook)
+
+
+HOOK_HELP = {
+    "session-start": "Print the agent's memory block for the host to inject (stdin: its JSON).",
+    "prompt": "Print the memories most relevant to the user's prompt (stdin: its JSON).",
+    "stop": "Save the footprint of the turn that ended (stdin: its JSON).",
+}
+for _event in HOOK_HELP:
+    _hook_command(_event)
+
+
+@hook.command("install")
+@click.argument("host", type=click.Choice(HOOK_CLIENTS))
+@install_options
+def hook_install(ctx: Context, host: str, scope: str, agent: str | None, dry_run: bool) -> None:
+    """Write oryxmem's hooks into the host's settings."""
+    from oryxmem.agents.install import hooks_change
+
+    _install(ctx, hooks_change, host, scope, agent, dry_run)
 
 
 def _configure_logging() -> None:

@@ -222,12 +222,20 @@ class Client:
         return dict(self.request("GET", f"{self._prefix(agent)}/memory/recall?{query}"))
 
     def search(
-        self, agent: str | None, query: str, limit: int | None = None, mode: str = "hybrid"
+        self,
+        agent: str | None,
+        query: str,
+        limit: int | None = None,
+        mode: str = "hybrid",
+        relevant: bool = False,
     ) -> dict[str, Any]:
-        """The agent's entries ranked for a question (hits with score and arms)."""
+        """The agent's entries ranked for a question (hits with score and arms);
+        ``relevant``: only those the words found or close enough in meaning."""
         params: dict[str, str | int] = {"q": query, "mode": mode}
         if limit is not None:
             params["k"] = limit
+        if relevant:
+            params["relevant"] = 1
         query_string = urllib.parse.urlencode(params)
         return dict(self.request("GET", f"{self._prefix(agent)}/memory/search?{query_string}"))
 

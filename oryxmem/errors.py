@@ -106,6 +106,10 @@ class RequestTimeoutError(OryxError, code=1016, http_status=408):
     """The request did not arrive in time."""
 
 
+class HostConfigError(OryxError, code=1017, http_status=400):
+    """An agent host's config file cannot be read or changed as asked."""
+
+
 class MemoryFileConflictedError(OryxError, code=2001, http_status=409):
     """MEMORY.md holds git conflict markers."""
 

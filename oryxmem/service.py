@@ -583,19 +583,20 @@ class MemoryService:
             note = f"searched by words only: {error.message}"
             log.warning("%s", note)
             ranking = rank(self.db, ref.agent, query, POOL, "keyword", bm25, None)
+        kept = [  # the words found it, or its meaning is close enough
+            ranked
+            for ranked in ranking.ranked
+            if min_similarity is None
+            or {"exact", "keyword"} & set(ranked.arms)
+            or ranked.similarity >= min_similarity
+        ]
         hits: list[SearchHit] = []
-        for at in range(0, len(ranking.ranked), count):  # the entries of the hits kept only
-            chunk = ranking.ranked[at : at + count]
+        for at in range(0, len(kept), count):  # the entries of the hits kept only
+            chunk = kept[at : at + count]
             found = rows.entries_by_row_id(self.db, [r.row_id for r in chunk])
             for ranked in chunk:
                 entry = found.get(ranked.row_id)
                 if entry is None or (scope is not None and entry.scope != scope):
-                    continue
-                if (
-                    min_similarity is not None
-                    and not {"exact", "keyword"} & set(ranked.arms)
-                    and ranked.similarity < min_similarity
-                ):
                     continue
                 hits.append(SearchHit(entry, round(ranked.score, 6), ranked.arms))
             if len(hits) >= count:

@@ -70,3 +70,34 @@ def run_cli(
         cwd=cwd,
         timeout=60,
     )
+
+
+def run_offline(script: str, home: Path) -> str:
+    """Run a Python script with no network at all (a network namespace of its own, with
+    only a down loopback) and HOME at ``home``; its stdout. Skips where that cannot be."""
+    import shutil
+
+    if shutil.which("unshare") is None or os.geteuid() != 0:
+        pytest.skip("needs unshare and root for a network namespace")
+    done = subprocess.run(
+        ["unshare", "-n", sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "HOME": str(home)},
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+# What an MCP client sends first (over stdio, one JSON object per line).
+MCP_INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "oryxmem-tests", "version": "0"},
+    },
+}

@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
+from conftest import run_cli, run_offline
 from daemonhelp import RunningDaemon, daemon
 from embedserver import embeddings_server
 from synchelp import Background, sql, wait_until
@@ -77,7 +74,7 @@ def test_what_was_saved_a_moment_ago_is_found_by_meaning_before_the_indexer_has_
     few rows changed since the indexer's last step itself, and leaves out the vectors
     of the texts they no longer hold."""
     service.search("coder", "warm up")  # every row embedded so far
-    service.indexes_in_background = True  # as in the daemon: nothing more is embedded
+    service.index_upkeep = False  # as in the daemon: nothing more is embedded
     service.save("coder", "Drives a red bicycle to the office.")
     found = service.search("coder", "how does she commute", limit=1, mode="semantic")
     assert contents(found.hits) == ["Drives a red bicycle to the office."]
@@ -151,8 +148,6 @@ def test_the_default_embedder_runs_with_no_network_at_all(workspace: Workspace) 
     """In a network namespace of its own (no interface but a down loopback), with every
     socket connection the Python side attempts recorded: the model loads, embeds and
     searches, and nothing tried to connect anywhere."""
-    if shutil.which("unshare") is None or os.geteuid() != 0:
-        pytest.skip("needs unshare and root for a network namespace")
     fill(workspace, "coder", MEMORY)
     script = (
         "import sys\n"
@@ -165,15 +160,7 @@ def test_the_default_embedder_runs_with_no_network_at_all(workspace: Workspace) 
         "assert tried == [], tried\n"
         "print('offline ok')\n"
     )
-    done = subprocess.run(
-        ["unshare", "-n", sys.executable, "-c", script],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "HOME": str(workspace.root)},
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "offline ok"
+    assert run_offline(script, workspace.root).strip() == "offline ok"
     assert not (workspace.root / ".cache").exists(), "nothing wrote a cache under HOME"
 
 
@@ -304,6 +291,18 @@ def test_a_query_of_only_the_commonest_words_is_ranked_among_the_newest_holding_
     assert set(contents(found.hits)) == newest
     rare = service.search("coder", "tea coffee", limit=20, mode="keyword")
     assert contents(rare.hits)[0] == "tea note"  # a rarer word: matched as ever
+    service.close()
+
+
+def test_a_word_no_entry_holds_never_crowds_out_one_every_entry_holds(
+    workspace: Workspace,
+) -> None:
+    """In a memory of one entry each of its words is held by all entries: the question's
+    other words (held by none) must not leave it out of the keyword arm."""
+    service = MemoryService(workspace, Config.load(workspace.config_path))
+    service.save("gem", "The user prefers short answers.")
+    found = service.search("gem", "how long should answers be?", mode="keyword")
+    assert contents(found.hits) == ["The user prefers short answers."]
     service.close()
 
 

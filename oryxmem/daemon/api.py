@@ -43,15 +43,15 @@ from oryxmem.payloads import (
     save_data,
     search_data,
 )
-from oryxmem.service import MemoryService, SaveRequest
+from oryxmem.service import RECALL_MIN_SIMILARITY, MemoryService, SaveRequest
 from oryxmem.store.format import ARCHIVAL
 from oryxmem.store.rows import sync_summary
+from oryxmem.tools import MAX_RESULTS, RecallArgs, ToolCall, save_request, text_field
 from oryxmem.workspace import GLOBAL_AGENT, AgentRef, agent_name_problem
 
 log = logging.getLogger("oryxmem.daemon")
 
 MAX_BODY_BYTES = 1024 * 1024
-MAX_RESULTS = 100  # the most entries one search or recall call returns
 Handler = Callable[[web.Request], Awaitable[Any]]
 WORKER: web.AppKey[MemoryWorker] = web.AppKey("worker", MemoryWorker)
 READERS: web.AppKey[Readers] = web.AppKey("readers", Readers)
@@ -147,15 +147,6 @@ async def json_body(request: web.Request) -> dict[str, Any]:
     return value
 
 
-def text_field(body: dict[str, Any], name: str, default: str | None = None) -> str:
-    value = body.get(name, default)
-    if value is None:
-        raise InvalidFieldError(f"{name!r} is required")
-    if not isinstance(value, str):
-        raise InvalidFieldError(f"{name!r} must be a string, not {type(value).__name__}")
-    return value
-
-
 def path_agent(request: web.Request) -> AgentRef:
     """The agent named in the URL; an unsafe name there is an error, not a fallback.
 
@@ -169,14 +160,6 @@ def path_agent(request: web.Request) -> AgentRef:
     if problem:
         raise UnsafeAgentNameError(f"unsafe agent name {name!r}: {problem}")
     return AgentRef(name, name)
-
-
-def tool_agent(request: web.Request, body: dict[str, Any]) -> str | None:
-    """A tool call names its agent in the body or the X-OryxOS-Agent header."""
-    value = body.get("agent", request.headers.get("X-OryxOS-Agent"))
-    if value is not None and not isinstance(value, str):
-        raise InvalidFieldError("'agent' must be a string")
-    return value
 
 
 async def run(request: web.Request, work: Callable[[MemoryService], Any]) -> Any:
@@ -258,9 +241,14 @@ async def search(request: web.Request) -> Any:
         raise EmptyKeywordError("give ?q= a question or words to look for")
     limit = _int_query(request, "k", MAX_RESULTS)
     mode = request.query.get("mode", "hybrid")
-    return await ranked(
-        request, ref, lambda s: search_data(s.search(ref.agent, query, limit=limit, mode=mode))
-    )
+    # relevant=1: only hits the words found, or close enough in meaning (as recall's)
+    least = RECALL_MIN_SIMILARITY if request.query.get("relevant") in ("1", "true") else None
+
+    def answer(service: MemoryService) -> dict[str, Any]:
+        found = service.search(ref.agent, query, limit=limit, mode=mode, min_similarity=least)
+        return search_data(found)
+
+    return await ranked(request, ref, answer)
 
 
 async def reindex(request: web.Request) -> Any:
@@ -302,72 +290,46 @@ async def trigger(request: web.Request) -> Any:
 
 async def tool_save_memory(request: web.Request) -> Any:
     body = await json_body(request)
-    return await _tool(request, "save_memory", body, _do_tool_save)
+    call = tool_call(request, "save_memory", body)
+
+    async def save(service: MemoryService) -> Any:
+        ref = await run(request, lambda s: s.resolve(call.agent))
+        saving = save_request(call.body, "socket")
+        return save_data(await request.app[WORKER].save_on_loop(ref, saving))
+
+    return await _tool(request, call, save)
 
 
 async def tool_recall_memory(request: web.Request) -> Any:
     body = await json_body(request)
-    return await _tool(request, "recall_memory", body, _do_tool_recall)
+    call = tool_call(request, "recall_memory", body)
+
+    async def recall(service: MemoryService) -> Any:
+        args = RecallArgs.of(call.body)
+        if args.ranks(service):
+            return await ranked(request, None, lambda s: args.answer(s, call.agent))
+        return await run(request, lambda s: args.answer(s, call.agent))
+
+    return await _tool(request, call, recall)
 
 
-async def _do_tool_save(request: web.Request, body: dict[str, Any], agent: str | None) -> Any:
-    content = text_field(body, "content")
-    scope = text_field(body, "scope", ARCHIVAL)
-    worker = request.app[WORKER]
-    ref = await run(request, lambda s: s.resolve(agent))
-    return save_data(await worker.save_on_loop(ref, SaveRequest(content, scope, "socket")))
-
-
-async def _do_tool_recall(request: web.Request, body: dict[str, Any], agent: str | None) -> Any:
-    """{"keyword"}: recall as memory.recall says; {"query"}: the best entries for a
-    question, by meaning and words. "limit" caps either (at most MAX_RESULTS)."""
-    query = body.get("query")
-    words = text_field(body, "keyword") if query is None else text_field(body, "query")
-    limit = body.get("limit")
-    if limit is not None and (
-        isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_RESULTS
-    ):
-        raise InvalidFieldError(f"'limit' must be a whole number from 1 to {MAX_RESULTS}")
-
-    def answer(service: MemoryService) -> dict[str, Any]:
-        if query is None:
-            data = recall_data(service.recall(agent, words))
-            data["lines"] = data["lines"][:limit]
-            return data
-        return recall_data(service.recall_by_meaning(agent, words, limit))
-
-    if query is not None or ranks(request):
-        return await ranked(request, None, answer)
-    return await run(request, answer)
+def tool_call(request: web.Request, tool: str, body: dict[str, Any]) -> ToolCall:
+    """A tool call names its agent in the body or the X-OryxOS-Agent header."""
+    headers = request.headers
+    return ToolCall.of(tool, body, headers.get("X-OryxOS-Agent"), headers.get("X-OryxOS-Session"))
 
 
 async def _tool(
-    request: web.Request,
-    tool: str,
-    body: dict[str, Any],
-    do: Callable[[web.Request, dict[str, Any], str | None], Awaitable[Any]],
+    request: web.Request, call: ToolCall, do: Callable[[MemoryService], Awaitable[Any]]
 ) -> Any:
     """Run a tool exactly as an agent calls it, and record the call in tool_invocations."""
-    started = time.perf_counter()
-    agent = tool_agent(request, body)
-    session = body.get("session", request.headers.get("X-OryxOS-Session"))
-    tool_input = {k: v for k, v in body.items() if k not in ("agent", "session")}
     try:
-        output = await do(request, body, agent)
+        output = await do(request.app[WORKER].service)
     except OryxError as error:
-        failure = {"code": error.code, "message": error.message}
-        await run(
-            request,
-            lambda s: s.record_tool(
-                tool, agent or "", session, tool_input, failure, False, started
-            ),
-        )
+        failure = call.failure(error)
+        await run(request, lambda s: call.record(s, failure, False))
         raise
-    served = str(output.get("agent", agent or ""))
-    await run(
-        request,
-        lambda s: s.record_tool(tool, served, session, tool_input, output, True, started),
-    )
+    await run(request, lambda s: call.record(s, output, True))
     return output
 
 

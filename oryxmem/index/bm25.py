@@ -77,19 +77,24 @@ class BM25Index(DerivedIndex):
         db.execute("UPDATE memory_terms_count SET entries = entries + ?", [len(rows)])
 
     def _selective(self, db: Executes, words: list[str]) -> tuple[list[str], bool]:
-        """The words worth matching: those held by no more than COMMON_SHARE of all
-        entries and COMMON_ENTRIES, or (when every word is that common) the rarest; and
-        whether that one is held by more than COMMON_ENTRIES."""
+        """The words worth matching: of those some entry holds, the ones held by no more
+        than COMMON_SHARE of all entries and COMMON_ENTRIES, or (when every one is that
+        common) the rarest; and whether that one is held by more than COMMON_ENTRIES. A
+        word no entry holds never crowds out a common one (in a memory of one entry,
+        every word it holds is held by all)."""
         entries = int(db.execute("SELECT entries FROM memory_terms_count").fetchone()[0])
         held = dict(
             select_in(db, "SELECT term, doc FROM memory_terms_vocab WHERE term IN ({marks})", words)
         )
+        present = [w for w in words if held.get(w, 0) > 0]  # the others match nothing
+        if not present:
+            return words, False
         most = min(COMMON_SHARE * entries, COMMON_ENTRIES)
-        rare = [w for w in words if held.get(w, 0) <= most]
+        rare = [w for w in present if held[w] <= most]
         if rare:
             return rare, False
-        rarest = min(words, key=lambda w: held.get(w, 0))
-        return [rarest], held.get(rarest, 0) > COMMON_ENTRIES
+        rarest = min(present, key=lambda w: held[w])
+        return [rarest], held[rarest] > COMMON_ENTRIES
 
     def _context(self, db: Executes, row: IndexRow) -> str:
         if row.scope != ARCHIVAL or row.ts is None:

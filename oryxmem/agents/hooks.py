@@ -1,0 +1,222 @@
+"""``oryxmem hook <event>``: automatic memory for coding agents, run by the host.
+
+The host (Claude Code, Codex, Gemini CLI) runs the hook with its JSON on stdin:
+
+- ``session-start``: the agent's memory block, for the host to put in the context;
+- ``prompt``: the few memories most relevant to the user's prompt (bounded);
+- ``stop``: the footprint of the trigger (the user's message and the final reply),
+  saved to the agent's archival memory, so nothing depends on the agent calling a tool.
+
+Context goes out as the hosts' common JSON, ``{"hookSpecificOutput": {"hookEventName":
+..., "additionalContext": ...}}``. A hook never breaks or slows the agent: it always
+exits 0, prints nothing when it has nothing to say (no daemon for a search, input it
+does not understand, any error), never a traceback, and gives up after DEADLINE s.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from oryxmem.reach import Reach
+from oryxmem.workspace import open_workspace, resolve_agent
+
+EVENTS = ("session-start", "prompt", "stop")
+DEADLINE = 5  # seconds for the whole hook; the hosts wait 10 (install.py)
+CLIENT_TIMEOUT = 2.0
+PROMPT_HITS = 5
+PROMPT_CHARS = 1500  # the most a prompt hook adds to the context
+TRANSCRIPT_TAIL = 4 * 1024 * 1024  # bytes of the transcript read from its end
+HOST_EVENT = {  # (client, event) -> the event name the host's JSON answer carries
+    ("gemini", "session-start"): "SessionStart",
+    ("gemini", "prompt"): "BeforeAgent",
+}
+
+
+@dataclass(frozen=True)
+class Hook:
+    event: str
+    client: str
+    root: str | None
+    agent: str | None
+
+    def run(self, payload: dict[str, Any], reach: Reach) -> str | None:
+        """What to print (None: nothing)."""
+        steps: dict[str, Callable[[dict[str, Any], Reach], str | None]] = {
+            "session-start": self.session_start,
+            "prompt": self.prompt,
+            "stop": self.stop,
+        }
+        return steps[self.event](payload, reach)
+
+    def answer(self, context: str) -> str | None:
+        if not context.strip():
+            return None
+        default = {"session-start": "SessionStart", "prompt": "UserPromptSubmit"}[self.event]
+        name = HOST_EVENT.get((self.client, self.event), default)
+        output = {"hookEventName": name, "additionalContext": context}
+        return json.dumps({"hookSpecificOutput": output}, ensure_ascii=False)
+
+    def session_start(self, payload: dict[str, Any], reach: Reach) -> str | None:
+        from_daemon = reach.call(
+            lambda client: client.context(self.agent),
+            lambda service: {"context": service.build_context(self.agent)},
+        )
+        block = str(from_daemon["context"])
+        return self.answer(f"Long-term memory (oryxmem):\n{block}")
+
+    def prompt(self, payload: dict[str, Any], reach: Reach) -> str | None:
+        prompt = payload.get("prompt")
+        if not isinstance(prompt, str) or not prompt.strip():
+            return None
+        remember_prompt(self.root, payload, prompt)
+        client = reach.client()
+        if client is None:
+            return None  # searching without the daemon would load the model: too slow here
+        hits = client.search(self.agent, prompt[:2000], PROMPT_HITS, relevant=True)["hits"]
+        lines: list[str] = []
+        size = 0
+        for hit in hits:
+            line = str(hit["line"])
+            if size + len(line) > PROMPT_CHARS:
+                break
+            lines.append(line)
+            size += len(line) + 1
+        if not lines:
+            return None
+        return self.answer("Memories that may bear on this (oryxmem):\n" + "\n".join(lines))
+
+    def stop(self, payload: dict[str, Any], reach: Reach) -> str | None:
+        user_message, reply = trigger_of(self.client, payload, self.root)
+        if not user_message and not reply:
+            return None
+        reach.call(
+            lambda client: client.trigger(self.agent, user_message, reply),
+            lambda service: service.record_trigger(self.agent, user_message, reply),
+        )
+        return None
+
+
+# --- what the hosts tell a hook -----------------------------------------------------
+
+
+def trigger_of(client: str, payload: dict[str, Any], root: str | None) -> tuple[str, str]:
+    """(the user's message, the final reply) of the turn that just ended."""
+    if client == "gemini":
+        return _text(payload.get("prompt")), _text(payload.get("prompt_response"))
+    user_message, reply = "", _text(payload.get("last_assistant_message"))
+    transcript = payload.get("transcript_path")
+    if client == "claude-code" and isinstance(transcript, str) and transcript:
+        user_message, from_transcript = claude_turn(Path(transcript))
+        reply = reply or from_transcript
+    return user_message or recalled_prompt(root, payload), reply
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _blocks_text(content: Any) -> str:
+    """The text of a Claude message's content: a string, or its text blocks."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return ""
+    texts = [b.get("text") for b in content if isinstance(b, dict) and b.get("type") == "text"]
+    return "\n".join(t for t in texts if isinstance(t, str))
+
+
+def claude_turn(path: Path) -> tuple[str, str]:
+    """The last prompt the user typed in a Claude Code transcript (JSONL; a tool result
+    comes back as a user line too, and is not a prompt) and the text of the replies
+    after it."""
+    try:
+        with path.open("rb") as handle:
+            size = handle.seek(0, os.SEEK_END)
+            handle.seek(max(0, size - TRANSCRIPT_TAIL))
+            raw = handle.read()
+    except OSError:
+        return "", ""
+    user_message, replies = "", list[str]()
+    for line in raw.decode("utf-8", "replace").splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # the first, cut line of the tail, or a line being written
+        if not isinstance(record, dict) or record.get("isSidechain") or record.get("isMeta"):
+            continue
+        message = record.get("message")
+        if not isinstance(message, dict):
+            continue
+        text = _blocks_text(message.get("content")).strip()
+        if record.get("type") == "user" and text:
+            user_message, replies = text, []
+        elif record.get("type") == "assistant" and text:
+            replies.append(text)
+    return user_message, replies[-1] if replies else ""
+
+
+# --- the prompt, kept for a host whose stop event does not carry it (Codex) ---------
+
+
+def _prompt_path(root: str | None, payload: dict[str, Any]) -> Path | None:
+    session = payload.get("session_id")
+    if not isinstance(session, str) or not session:
+        return None
+    key = hashlib.sha256(session.encode("utf-8", "replace")).hexdigest()[:32]
+    return open_workspace(root).run_dir / "hooks" / f"{key}.prompt"
+
+
+def remember_prompt(root: str | None, payload: dict[str, Any], prompt: str) -> None:
+    from oryxmem.fileio import atomic_write
+
+    path = _prompt_path(root, payload)
+    if path is not None:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        atomic_write(path, prompt.encode("utf-8", "replace"), default_mode=0o600)
+
+
+def recalled_prompt(root: str | None, payload: dict[str, Any]) -> str:
+    path = _prompt_path(root, payload)
+    try:
+        return path.read_text(encoding="utf-8") if path is not None else ""
+    except (OSError, UnicodeDecodeError):
+        return ""
+
+
+# --- the process --------------------------------------------------------------------
+
+
+def _give_up(signum: int, frame: Any) -> None:
+    os._exit(0)  # past the deadline: the agent goes on without us
+
+
+def main(hook: Hook, stdin: IO[str], stdout: IO[str], stderr: IO[str]) -> int:
+    """Run one hook as the host runs it. Always 0."""
+    signal.signal(signal.SIGALRM, _give_up)
+    signal.alarm(DEADLINE)
+    reach = Reach(hook.root, timeout=CLIENT_TIMEOUT)
+    try:
+        payload = json.loads(stdin.read() or "{}")
+        if not isinstance(payload, dict):
+            return 0
+        agent = hook.agent or os.environ.get("ORYXMEM_AGENT") or None
+        ref = resolve_agent(open_workspace(hook.root), agent)
+        if ref.fell_back:  # an unsafe name: the global file, as everywhere
+            stderr.write(f"oryxmem: warning: {ref.fallback_reason}; using the global file\n")
+            agent = None
+        text = Hook(hook.event, hook.client, hook.root, agent).run(payload, reach)
+        if text:
+            stdout.write(text + "\n")
+    except Exception as error:  # a hook must never break the agent; say why, quietly
+        stderr.write(f"oryxmem hook {hook.event}: {type(error).__name__}: {error}\n")
+    finally:
+        reach.close()
+        signal.alarm(0)
+    return 0

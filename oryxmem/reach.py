@@ -1,0 +1,79 @@
+"""Reaching a workspace's memory: through its daemon when one runs, else the stores
+directly (the same locks, so the two can run side by side). The CLI, the MCP server
+and the hooks all reach it this way.
+
+A call the daemon answers imports neither the stores nor SQLite: the service is
+opened only when a call has to go without the daemon.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
+
+from oryxmem.config import Config
+from oryxmem.errors import DaemonUnavailableError
+from oryxmem.workspace import open_workspace, socket_path
+
+if TYPE_CHECKING:
+    from oryxmem.client import Client
+    from oryxmem.service import MemoryService
+
+T = TypeVar("T")
+
+
+class Reach:
+    def __init__(self, root: str | None, timeout: float = 30.0, recheck: bool = False) -> None:
+        """``recheck``: look for the daemon again on each call while none answers (for a
+        long-lived caller such as the MCP server, which may start before the daemon)."""
+        self.root = root
+        self.timeout = timeout
+        self.recheck = recheck
+        self._service: MemoryService | None = None
+        self._client: Client | None = None
+        self._daemon_checked = False
+
+    @property
+    def service(self) -> MemoryService:
+        if self._service is None:
+            from oryxmem.service import MemoryService
+
+            self._service = MemoryService.open(self.root)
+        return self._service
+
+    def client(self) -> Client | None:
+        """A client of this workspace's daemon when one runs, else None."""
+        if self._client is None and (self.recheck or not self._daemon_checked):
+            self._daemon_checked = True
+            if os.environ.get("ORYXMEM_NO_DAEMON"):
+                return None
+            workspace = open_workspace(self.root)
+            path = socket_path(workspace, Config.load(workspace.config_path))
+            if path.exists():
+                from oryxmem.client import Client  # only when a daemon may run
+
+                self._client = Client(path, self.timeout)
+        return self._client
+
+    def call(self, remote: Callable[[Client], T], local: Callable[[MemoryService], T]) -> T:
+        """Ask the daemon when it runs; use the stores directly (same locks) when not."""
+        client = self.client()
+        if client is not None:
+            try:
+                return remote(client)
+            except DaemonUnavailableError:
+                client.close()
+                self._client = None  # a stale socket: the daemon is gone
+        return local(self.service)
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+        if self._service is not None:
+            self._service.close()
+            self._service = None
+
+
+__all__ = ["Reach"]
