@@ -218,8 +218,7 @@ def test_odd_input_exits_0_prints_nothing_and_never_a_traceback(
     for event in ("session-start", "prompt", "stop"):
         done = hook(event, stdin, "--agent", "coder")
         assert done.returncode == 0 and "Traceback" not in done.stderr
-        if event != "session-start":
-            assert done.stdout == ""
+        assert done.stdout == ""
     assert not workspace.memory_path("coder").exists() or archival(workspace, "coder") == []
 
 
@@ -235,6 +234,9 @@ def test_a_hook_outside_any_workspace_or_with_a_dead_daemon_exits_0_quickly(
         timeout=30,
     )
     assert outside.returncode == 0 and outside.stdout == "" and "Traceback" not in outside.stderr
+    run_cli("save", "--agent", "coder", "Deploys go through staging.")
+    alone = hook("session-start", base("SessionStart", source="startup"), "--agent", "coder")
+    assert alone.returncode == 0 and alone.stdout == ""  # no daemon: nothing said
     with daemon(workspace, tmp_path / "d.log") as running:
         running.proc.send_signal(19)  # SIGSTOP: the socket is there, nobody answers
         try:

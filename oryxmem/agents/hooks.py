@@ -9,8 +9,10 @@ The host (Claude Code, Codex, Gemini CLI) runs the hook with its JSON on stdin:
 
 Context goes out as the hosts' common JSON, ``{"hookSpecificOutput": {"hookEventName":
 ..., "additionalContext": ...}}``. A hook never breaks or slows the agent: it always
-exits 0, prints nothing when it has nothing to say (no daemon for a search, input it
-does not understand, any error), never a traceback, and gives up after DEADLINE s.
+exits 0, prints nothing when it has nothing to say (no daemon, input it does not
+understand, any error), never a traceback, and gives up after DEADLINE s. Only the
+stop hook works without the daemon: a footprint is saved through the files directly
+(the same locks), so no turn goes unrecorded.
 """
 
 from __future__ import annotations
@@ -64,11 +66,10 @@ class Hook:
         return json.dumps({"hookSpecificOutput": output}, ensure_ascii=False)
 
     def session_start(self, payload: dict[str, Any], reach: Reach) -> str | None:
-        from_daemon = reach.call(
-            lambda client: client.context(self.agent),
-            lambda service: {"context": service.build_context(self.agent)},
-        )
-        block = str(from_daemon["context"])
+        client = reach.client()
+        if client is None:
+            return None  # the files alone may take long to read (a large one is parsed)
+        block = str(client.context(self.agent)["context"])
         return self.answer(f"Long-term memory (oryxmem):\n{block}")
 
     def prompt(self, payload: dict[str, Any], reach: Reach) -> str | None:
