@@ -26,7 +26,7 @@ from oryxmem.errors import (
     OryxError,
     error_for_code,
 )
-from oryxmem.workspace import open_workspace, socket_path
+from oryxmem.workspace import WORKSPACE_HEADER, open_workspace, socket_path
 
 MAX_LINE = 65536
 MAX_HEADERS = 100
@@ -127,15 +127,23 @@ def _request_bytes(method: str, path: str, body: bytes | None, headers: dict[str
 class Client:
     """One keep-alive connection to the daemon; not for sharing between threads."""
 
-    def __init__(self, socket_path: str | Path, timeout: float = 30.0) -> None:
+    def __init__(
+        self, socket_path: str | Path, timeout: float = 30.0, workspace: Path | None = None
+    ) -> None:
+        """``workspace``: the root this client means; a daemon serving another refuses
+        every request (error 1018) instead of storing a save in the wrong place."""
         self.socket_path = str(socket_path)
         self.timeout = timeout
+        self._meant = (
+            {} if workspace is None else {WORKSPACE_HEADER: urllib.parse.quote(str(workspace))}
+        )
         self._conn: _Connection | None = None
 
     @classmethod
     def for_workspace(cls, root: str | None = None, timeout: float = 30.0) -> Client:
         workspace = open_workspace(root)
-        return cls(socket_path(workspace, Config.load(workspace.config_path)), timeout)
+        path = socket_path(workspace, Config.load(workspace.config_path))
+        return cls(path, timeout, workspace.root)
 
     def close(self) -> None:
         if self._conn is not None:
@@ -163,7 +171,7 @@ class Client:
         may have been carried out, and sending it twice could store it twice.
         """
         payload = None if body is None else json.dumps(body, ensure_ascii=False).encode()
-        all_headers = {"Content-Type": "application/json", **(headers or {})}
+        all_headers = {"Content-Type": "application/json", **self._meant, **(headers or {})}
         message = _request_bytes(method, path, payload, all_headers)
         for attempt in (1, 2):
             try:

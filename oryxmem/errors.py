@@ -110,6 +110,10 @@ class HostConfigError(OryxError, code=1017, http_status=400):
     """An agent host's config file cannot be read or changed as asked."""
 
 
+class WrongWorkspaceError(OryxError, code=1018, http_status=409):
+    """The daemon on this socket serves another workspace than the one meant."""
+
+
 class MemoryFileConflictedError(OryxError, code=2001, http_status=409):
     """MEMORY.md holds git conflict markers."""
 

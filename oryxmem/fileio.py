@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple, TypeVar
 
-from oryxmem.errors import StorageError
+from oryxmem.errors import OryxError, StorageError
 
 T = TypeVar("T")
 
@@ -44,6 +44,59 @@ class FileStat(NamedTuple):
     @classmethod
     def of(cls, info: os.stat_result) -> FileStat:
         return cls(info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+
+
+_KINDS = {
+    stat.S_IFDIR: "a directory",
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFCHR: "a device",
+    stat.S_IFBLK: "a device",
+    stat.S_IFLNK: "a symbolic link",
+}
+
+
+def open_regular(
+    path: str | os.PathLike[str],
+    flags: int,
+    mode: int = 0o600,
+    *,
+    refuse: type[OryxError] = StorageError,
+    one_link: bool = False,
+) -> int:
+    """os.open for a file oryxmem reads or writes in its own folders: never through a
+    symbolic link, never blocking on a FIFO, never on anything but a regular file (and
+    with ``one_link``, never on a file with another hard link, which could be anywhere).
+    Anything else is ``refuse`` with the reason; a missing file is FileNotFoundError."""
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
+    except FileNotFoundError:
+        raise
+    except OSError as error:
+        kind = _kind_at(path)
+        if kind is None:
+            raise _storage_error("open", Path(path), error) from error
+        raise refuse(f"{path} is {kind}, not a regular file; oryxmem leaves it alone") from None
+    info = os.fstat(fd)
+    problem = None
+    if not stat.S_ISREG(info.st_mode):
+        problem = f"is {_KINDS.get(stat.S_IFMT(info.st_mode), 'not a file')}, not a regular file"
+    elif one_link and info.st_nlink > 1:
+        problem = f"has {info.st_nlink} hard links (another name could be anywhere)"
+    if problem is not None:
+        os.close(fd)
+        raise refuse(f"{path} {problem}; oryxmem leaves it alone")
+    fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+    return fd
+
+
+def _kind_at(path: str | os.PathLike[str]) -> str | None:
+    """What is at path when it is not a regular file (None: a regular file, or nothing)."""
+    try:
+        kind = stat.S_IFMT(os.lstat(path).st_mode)
+    except OSError:
+        return None
+    return _KINDS.get(kind)
 
 
 def file_stat(path: str | os.PathLike[str]) -> FileStat | None:
@@ -81,7 +134,8 @@ def atomic_write(
     file. Any failure leaves the old file untouched and no temp file behind.
     """
     try:
-        mode = stat.S_IMODE(path.stat().st_mode)
+        info = os.lstat(path)  # a link's target's mode is none of ours
+        mode = stat.S_IMODE(info.st_mode) if stat.S_ISREG(info.st_mode) else default_mode
     except FileNotFoundError:
         mode = default_mode
     tmp = path.with_name(f".{path.name}.{os.urandom(4).hex()}.tmp")
@@ -164,7 +218,7 @@ class AppendIntent:
 def repair_torn_append(path: Path, intent: AppendIntent) -> str:
     """Finish an append a crash interrupted. Returns what was found, for the log."""
     try:
-        fd = os.open(path, os.O_RDWR)
+        fd = open_regular(path, os.O_RDWR, one_link=True)
     except FileNotFoundError:
         return "file gone"
     try:
@@ -202,7 +256,7 @@ class FileLock:
     def _open(self) -> int:
         if self._fd is None:
             self.lock_path.parent.mkdir(parents=True, exist_ok=True)
-            self._fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+            self._fd = open_regular(self.lock_path, os.O_RDWR | os.O_CREAT, 0o600, one_link=True)
         return self._fd
 
     @contextmanager
@@ -248,8 +302,9 @@ class AppendHandle:
     file event that every watcher of the directory would otherwise wake for.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, refuse: type[OryxError] = StorageError) -> None:
         self.path = path
+        self.refuse = refuse  # what a path that is no regular file raises
         self._fd: int | None = None
 
     def open_for(self, inode: int) -> tuple[int, os.stat_result]:
@@ -261,11 +316,11 @@ class AppendHandle:
                 return self._fd, info
         self.close()
         try:
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+            fd = open_regular(
+                self.path, os.O_WRONLY | os.O_APPEND, refuse=self.refuse, one_link=True
+            )
         except FileNotFoundError:
             raise ConcurrentChange(self.path) from None
-        except OSError as error:
-            raise _storage_error("open", self.path, error) from error
         info = os.fstat(fd)
         if info.st_ino != inode:
             os.close(fd)

@@ -53,7 +53,7 @@ class Reach:
             if path.exists():
                 from oryxmem.client import Client  # only when a daemon may run
 
-                self._client = Client(path, self.timeout)
+                self._client = Client(path, self.timeout, workspace.root)
         return self._client
 
     def call(self, remote: Callable[[Client], T], local: Callable[[MemoryService], T]) -> T:

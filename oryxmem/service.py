@@ -55,7 +55,7 @@ from oryxmem.registry import BACKENDS
 from oryxmem.search import MODES, POOL, rank
 from oryxmem.store import rows
 from oryxmem.store.base import LongTermMemoryStore, StoreLimits, StoreResources, fold_keyword
-from oryxmem.store.db import BUSY_TIMEOUT_MS, Executes, connect, write_transaction
+from oryxmem.store.db import BUSY_TIMEOUT_MS, Executes, connect, is_locked, write_transaction
 from oryxmem.store.format import ARCHIVAL, CANONICAL_HEADINGS, CORE, Entry, new_file_text
 from oryxmem.store.markdown import Append, MarkdownFiles, MarkdownMemoryStore
 from oryxmem.store.sessions import SessionInfo, SessionStore, record_tool_invocation
@@ -226,6 +226,7 @@ class MemoryService:
         self._readers: dict[str, LongTermMemoryStore] = {}
         self._indexes: dict[str, DerivedIndex] | None = None
         self._unmirrored: dict[str, _Unmirrored] = {}
+        self._told_locked = False  # said once per spell that another program holds the lock
         # A search first brings the indexes up to the rows (and embeds a few batches), but
         # in the daemon: its memory thread keeps the keyword indexes current, its indexer
         # thread the vectors, and its readers only read.
@@ -431,8 +432,15 @@ class MemoryService:
                 if indexes_follow:  # the rows of these saves, or a step of a rebuild
                     self._catch_up(self._following_saves(), max_steps=1)
         except Exception as error:  # the file has them; sync mirrors them. The acks stand.
+            if is_locked(error):  # another program holds the database: try again soon
+                self._unmirrored = {**pending, **self._unmirrored}
+                if not self._told_locked:
+                    log.warning("the database is locked by another program; the rows wait")
+                self._told_locked = True
+                return []
             log_failure(log, "mirroring saves failed; sync will catch up", error)
         self.mirrors += 1
+        self._told_locked = False
         return lagging
 
     # --- derived indexes ------------------------------------------------------

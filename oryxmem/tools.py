@@ -8,6 +8,8 @@ threads (a save through group commit, a ranked recall on a reader thread).
 
 from __future__ import annotations
 
+import logging
+import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,6 +19,8 @@ from oryxmem.errors import InvalidFieldError, OryxError
 from oryxmem.payloads import recall_data, save_data
 from oryxmem.service import MemoryService, SaveRequest
 from oryxmem.store.format import ARCHIVAL
+
+log = logging.getLogger("oryxmem.tools")
 
 MAX_RESULTS = 100  # the most entries one search or recall call returns
 TOOLS = ("save_memory", "recall_memory")
@@ -56,8 +60,16 @@ class ToolCall:
         return {k: v for k, v in self.body.items() if k not in ("agent", "session")}
 
     def record(self, service: MemoryService, output: Any, ok: bool) -> None:
+        """Into tool_invocations. A record that cannot be written (the database locked
+        past its timeout, a full disk) is logged: it never turns a call that was carried
+        out, a save above all, into a reported failure."""
         served = str(output.get("agent", self.agent or "")) if ok else self.agent or ""
-        service.record_tool(self.tool, served, self.session, self.input, output, ok, self.started)
+        try:
+            service.record_tool(
+                self.tool, served, self.session, self.input, output, ok, self.started
+            )
+        except (sqlite3.Error, OryxError) as error:
+            log.warning("the %s call was not recorded in tool_invocations: %s", self.tool, error)
 
     def failure(self, error: OryxError) -> dict[str, Any]:
         return {"code": error.code, "message": error.message}

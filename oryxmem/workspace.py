@@ -23,6 +23,12 @@ OS_DIR = ".oryxos"
 MEMORY_FILE = "MEMORY.md"
 GLOBAL_AGENT = ""
 MAX_AGENT_NAME_CHARS = 64
+WORKSPACE_HEADER = "X-OryxOS-Workspace"  # the root a client means, percent-encoded
+# In UTF-8: the folder, its lock file (agent-<name>.lock) and every temp file beside
+# them stay far under the 255 bytes a file name may have.
+MAX_AGENT_NAME_BYTES = 128
+# Letters that show nothing (Hangul fillers): a name of them would look empty.
+INVISIBLE_LETTERS = frozenset("\u115f\u1160\u3164\uffa0")
 SUN_PATH_MAX = 107  # sockaddr_un.sun_path holds 108 bytes, one of them the final NUL
 GITIGNORE_TEXT = "# Written by oryxmem init: derived and runtime files.\noryxos.db*\nrun/\n*.tmp\n"
 GITATTRIBUTES_TEXT = (
@@ -168,10 +174,21 @@ def agent_name_problem(name: str) -> str | None:
         return "the name starts with '.'"
     if _ASCII_NAME.fullmatch(name):
         return None
+    invisible = next((ch for ch in name if ch in INVISIBLE_LETTERS), None)
+    if invisible is not None:
+        return f"the name holds {invisible!r} (U+{ord(invisible):04X}), which shows nothing"
+    # One spelling per look: a name that NFKC would change (decomposed Hangul or
+    # accents, the Kelvin sign, the Angstrom sign, the ligature fi) could stand beside
+    # the same-looking name in its usual form as a second agent.
+    usual = unicodedata.normalize("NFKC", name)
+    if usual != name:
+        return f"the name is not in its usual form (NFKC); write it as {usual!r}"
     bad = next((ch for ch in name if not _is_name_char(ch)), None)
     if bad is not None:
         allowed = "letters, digits, '-', '_', '.'"
         return f"the name holds {bad!r} (U+{ord(bad):04X}); allowed are {allowed}"
+    if len(name.encode("utf-8")) > MAX_AGENT_NAME_BYTES:
+        return f"the name is longer than {MAX_AGENT_NAME_BYTES} bytes in UTF-8"
     return None
 
 

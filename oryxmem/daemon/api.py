@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import time
+import urllib.parse
 import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -34,6 +35,7 @@ from oryxmem.errors import (
     OryxError,
     RequestTimeoutError,
     UnsafeAgentNameError,
+    WrongWorkspaceError,
 )
 from oryxmem.payloads import (
     agents_data,
@@ -47,7 +49,7 @@ from oryxmem.service import RECALL_MIN_SIMILARITY, MemoryService, SaveRequest
 from oryxmem.store.format import ARCHIVAL
 from oryxmem.store.rows import sync_summary
 from oryxmem.tools import MAX_RESULTS, RecallArgs, ToolCall, save_request, text_field
-from oryxmem.workspace import GLOBAL_AGENT, AgentRef, agent_name_problem
+from oryxmem.workspace import GLOBAL_AGENT, WORKSPACE_HEADER, AgentRef, agent_name_problem
 
 log = logging.getLogger("oryxmem.daemon")
 
@@ -57,6 +59,7 @@ WORKER: web.AppKey[MemoryWorker] = web.AppKey("worker", MemoryWorker)
 READERS: web.AppKey[Readers] = web.AppKey("readers", Readers)
 HEALTH: web.AppKey[Callable[[], dict[str, Any]]] = web.AppKey("health")
 CLIENT_TIMEOUT = web.AppKey("client_timeout", float)
+ROOT = web.AppKey("root", str)  # the workspace served, as realpath
 
 
 def envelope(code: int, message: str, data: Any) -> dict[str, Any]:
@@ -98,6 +101,7 @@ async def wrap_in_envelope(request: web.Request, handler: Handler) -> web.Stream
     """Refuse other users, and give every reply (errors too) the envelope."""
     try:
         check_peer(request)
+        check_workspace(request)
         data = await handler(request)
     except OryxError as error:
         response = error_response(error)
@@ -121,6 +125,20 @@ async def wrap_in_envelope(request: web.Request, handler: Handler) -> web.Stream
         log.exception("%s %s failed", request.method, request.path)
         return error_response(InternalError("an unexpected error; see the daemon log"))
     return web.json_response(envelope(0, "ok", data), dumps=_dumps)
+
+
+def check_workspace(request: web.Request) -> None:
+    """A client that names the workspace it means (X-OryxOS-Workspace, percent-encoded)
+    is refused by a daemon that serves another: its save must not land elsewhere."""
+    meant = request.headers.get(WORKSPACE_HEADER)
+    if meant is None:
+        return
+    served = request.app[ROOT]
+    if os.path.realpath(urllib.parse.unquote(meant)) != served:
+        raise WrongWorkspaceError(
+            f"the daemon on this socket serves {served}, not {urllib.parse.unquote(meant)};"
+            " check ORYXMEM_SOCKET or daemon.socket"
+        )
 
 
 # --- request parsing ------------------------------------------------------------
@@ -201,7 +219,12 @@ async def health(request: web.Request) -> Any:
     def summary(service: MemoryService) -> dict[str, Any]:
         return {"sync": sync_summary(service.db), "indexes": service.index_summary()}
 
-    return {**request.app[HEALTH](), **await run(request, summary)}
+    data = request.app[HEALTH]()
+    try:  # health answers even while the memory thread is held up (say, by a lock)
+        data.update(await asyncio.wait_for(asyncio.shield(run(request, summary)), 2.0))
+    except TimeoutError:
+        data["sync"] = data["indexes"] = "unknown: the memory thread is busy"
+    return data
 
 
 async def list_agents(request: web.Request) -> Any:
@@ -323,13 +346,14 @@ async def _tool(
     request: web.Request, call: ToolCall, do: Callable[[MemoryService], Awaitable[Any]]
 ) -> Any:
     """Run a tool exactly as an agent calls it, and record the call in tool_invocations."""
+    readers = request.app[READERS]  # the record never queues a save behind a lock
     try:
         output = await do(request.app[WORKER].service)
     except OryxError as error:
         failure = call.failure(error)
-        await run(request, lambda s: call.record(s, failure, False))
+        await asyncio.wrap_future(readers.call(lambda s: call.record(s, failure, False)))
         raise
-    await run(request, lambda s: call.record(s, output, True))
+    await asyncio.wrap_future(readers.call(lambda s: call.record(s, output, True)))
     return output
 
 
@@ -381,6 +405,7 @@ def make_app(
     app[READERS] = readers
     app[HEALTH] = health_data
     app[CLIENT_TIMEOUT] = client_timeout
+    app[ROOT] = os.path.realpath(worker.service.workspace.root)
     routes = [
         web.get("/api/v1/health", health),
         web.get("/api/v1/agents", list_agents),

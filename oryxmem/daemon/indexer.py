@@ -16,6 +16,7 @@ import threading
 
 from oryxmem.errors import log_failure
 from oryxmem.service import MemoryService
+from oryxmem.store.db import is_locked
 
 log = logging.getLogger("oryxmem.daemon")
 RESCAN_SECONDS = 5.0
@@ -62,7 +63,10 @@ class Indexer:
                 self.last_error = None
             except Exception as error:  # derived: retried, never in the way of a save
                 self.last_error = f"{type(error).__name__}: {error}"
-                log_failure(log, "indexing failed; will retry", error)
+                if is_locked(error):  # another program holds the database: later
+                    log.info("indexing waits: %s", error)
+                else:
+                    log_failure(log, "indexing failed; will retry", error)
                 self._stop.wait(RETRY_SECONDS)
                 continue
             self.taken += taken

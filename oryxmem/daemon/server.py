@@ -29,7 +29,7 @@ from oryxmem.daemon.notify import notify, watchdog_interval
 from oryxmem.daemon.readers import Readers
 from oryxmem.daemon.worker import MemoryWorker
 from oryxmem.errors import DaemonAlreadyRunningError
-from oryxmem.fileio import raise_open_file_limit
+from oryxmem.fileio import open_regular, raise_open_file_limit
 from oryxmem.service import MemoryService
 from oryxmem.store.db import connect
 from oryxmem.sync.engine import AgentReport
@@ -57,7 +57,7 @@ class Daemon:
     def _take_workspace_lock(self) -> None:
         path = self.workspace.run_dir / "daemon.lock"
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        fd = open_regular(path, os.O_RDWR | os.O_CREAT, 0o600, one_link=True)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -164,7 +164,7 @@ class Daemon:
         """What the daemon knows without the database (the API adds the sync summary)."""
         watcher, worker = self.watcher, self.worker
         return {
-            "status": "ok",
+            "status": "ok" if worker is None or worker.alive else "memory thread stuck",
             "version": __version__,
             "workspace": str(self.workspace.root),
             "socket": str(self.socket_path),
@@ -178,6 +178,8 @@ class Daemon:
             "saves": worker.service.saves if worker else 0,
             "save_batches": worker.service.batches if worker else 0,
             "mirror_commits": worker.service.mirrors if worker else 0,
+            "memory_thread_alive": bool(worker and worker.alive),
+            "memory_busy_seconds": round(worker.busy_seconds, 1) if worker else 0.0,
             "indexer_alive": bool(self.indexer and self.indexer.alive),
             "last_index_error": self.indexer.last_error if self.indexer else None,
         }

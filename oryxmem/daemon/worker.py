@@ -35,17 +35,24 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from oryxmem.errors import DaemonUnavailableError, OryxError, log_failure
 from oryxmem.service import MemoryService, Outcome, SaveBatch, SaveRequest, SaveResult
+from oryxmem.store.db import brief_wait, is_locked
 from oryxmem.workspace import AgentRef
 
 log = logging.getLogger("oryxmem.daemon")
 MAX_BATCH = 512
+# A job that holds the thread this long means it is stuck (blocked in a system call):
+# the watchdog stops pinging, and systemd restarts the daemon.
+STUCK_SECONDS = 60.0
+# What the mirror and the index steps wait for another program's database lock before
+# trying again later: saves queue behind them on this thread.
+LOCKED_WAIT_MS = 100
 WRITER_THREADS = 4  # agents whose appends (and fsyncs) run side by side
 MIRROR_IDLE_SECONDS = 0.002
 MIRROR_MAX_AGE_SECONDS = 0.25
@@ -80,19 +87,35 @@ def _resolve(outcomes: list[tuple[_Save, Outcome]]) -> None:
             job.future.set_result(outcome)
 
 
+def _fail(jobs: Sequence[_Save | _Call], error: BaseException) -> None:
+    """Fail every job of a batch not answered yet (the others keep their answer)."""
+    _send([(job, error) for job in jobs if isinstance(job, _Save)])
+    for job in jobs:
+        if isinstance(job, _Call) and not job.future.done():
+            job.future.set_exception(error)
+
+
 def _reply(jobs: list[_Save], batch: SaveBatch, sent: set[int]) -> None:
-    """Send every outcome the batch has now that was not sent yet: one wake-up per loop."""
-    by_loop: dict[asyncio.AbstractEventLoop | None, list[tuple[_Save, Outcome]]] = {}
+    """Send every outcome the batch has now that was not sent yet."""
+    ready = []
     for index, job in enumerate(jobs):
         outcome = batch.outcomes[index]
         if outcome is not None and index not in sent:
             sent.add(index)
-            by_loop.setdefault(job.loop, []).append((job, outcome))
-    for loop, outcomes in by_loop.items():
+            ready.append((job, outcome))
+    _send(ready)
+
+
+def _send(outcomes: list[tuple[_Save, Outcome]]) -> None:
+    """Each outcome to its caller: one wake-up per event loop."""
+    by_loop: dict[asyncio.AbstractEventLoop | None, list[tuple[_Save, Outcome]]] = {}
+    for job, outcome in outcomes:
+        by_loop.setdefault(job.loop, []).append((job, outcome))
+    for loop, group in by_loop.items():
         if loop is None:
-            _resolve(outcomes)
+            _resolve(group)
         elif not loop.is_closed():
-            loop.call_soon_threadsafe(_resolve, outcomes)
+            loop.call_soon_threadsafe(_resolve, group)
 
 
 @dataclass
@@ -125,6 +148,7 @@ class MemoryWorker:
         self._accepting = threading.Lock()  # no job is queued after the stop marker
         self._stopping = False
         self._indexes_behind = True  # until a catch-up finds nothing to do
+        self._busy_since: float | None = None  # when the batch in hand began
         self._indexes_caught_up_at = time.monotonic()
 
     def start(self) -> None:
@@ -141,7 +165,17 @@ class MemoryWorker:
 
     @property
     def alive(self) -> bool:
-        return self._thread.is_alive()
+        """The thread runs and no job has held it for STUCK_SECONDS (a thread stuck on a
+        system call answers nothing: better the watchdog has systemd restart us)."""
+        busy = self._busy_since
+        stuck = busy is not None and time.monotonic() - busy > STUCK_SECONDS
+        return self._thread.is_alive() and not stuck
+
+    @property
+    def busy_seconds(self) -> float:
+        """How long the job in hand has taken so far (0 when idle)."""
+        busy = self._busy_since
+        return 0.0 if busy is None else time.monotonic() - busy
 
     def _queue(self, job: _Save | _Call) -> None:
         with self._accepting:
@@ -227,15 +261,25 @@ class MemoryWorker:
                     self._jobs.put(None)  # stop after this batch
                     break
                 batch.append(job)
-            saves: dict[str, list[_Save]] = {}
-            for job in batch:
-                if isinstance(job, _Save):
-                    saves.setdefault(job.ref.agent, []).append(job)
-                else:
-                    self._mirror()  # a reader sees every acknowledged save
-                    self._run_call(job)
-            if saves:
-                self._save_groups(list(saves.values()))
+            self._busy_since = time.monotonic()
+            try:
+                self._run_batch(batch)
+            except Exception as error:  # fails the requests of this batch, not the thread
+                log_failure(log, "a batch of the memory thread failed", error)
+                _fail(batch, error)
+            finally:
+                self._busy_since = None
+
+    def _run_batch(self, batch: list[_Save | _Call]) -> None:
+        saves: dict[str, list[_Save]] = {}
+        for job in batch:
+            if isinstance(job, _Save):
+                saves.setdefault(job.ref.agent, []).append(job)
+            else:
+                self._mirror()  # a reader sees every acknowledged save
+                self._run_call(job)
+        if saves:
+            self._save_groups(list(saves.values()))
 
     def _run_call(self, job: _Call) -> None:
         try:
@@ -253,16 +297,20 @@ class MemoryWorker:
         follow = now - self._indexes_caught_up_at > INDEX_MAX_LAG_SECONDS
         if follow:
             self._indexes_caught_up_at = now
-        for agent in self.service.mirror_saves(indexes_follow=follow):
+        with brief_wait(self.service.db, LOCKED_WAIT_MS):
+            lagging = self.service.mirror_saves(indexes_follow=follow)
+        for agent in lagging:
             self.on_lagging(agent)  # the rows lag behind the file: reconcile soon
         self._indexes_behind = True
         self.on_mirrored()
 
     def _index_step(self) -> None:
         try:
-            self._indexes_behind = self.service.catch_up_indexes(max_steps=1) > 0
+            with brief_wait(self.service.db, LOCKED_WAIT_MS):
+                self._indexes_behind = self.service.catch_up_indexes(max_steps=1) > 0
         except Exception as error:  # derived: retried later, never in the way of a save
-            log_failure(log, "catching the indexes up failed; will retry", error)
+            if not is_locked(error):
+                log_failure(log, "catching the indexes up failed; will retry", error)
         self._indexes_caught_up_at = time.monotonic()
 
     # --- saves ------------------------------------------------------------------

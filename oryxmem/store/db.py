@@ -101,6 +101,22 @@ def select_in(
 
 
 @contextmanager
+def brief_wait(db: Database, ms: int) -> Iterator[Database]:
+    """Wait at most ``ms`` for another program's lock (not BUSY_TIMEOUT_MS): for writes
+    that can be retried later, on a thread that must not be held up."""
+    db.execute(f"PRAGMA busy_timeout = {int(ms)}")
+    try:
+        yield db
+    finally:
+        db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+
+
+def is_locked(error: BaseException) -> bool:
+    """Did SQLite give up waiting for another connection's lock?"""
+    return isinstance(error, sqlite3.OperationalError) and "locked" in str(error)
+
+
+@contextmanager
 def write_transaction(db: Database) -> Iterator[Database]:
     """BEGIN IMMEDIATE ... COMMIT: the write lock is taken up front, never mid-way."""
     if db.conn.in_transaction:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from oryxmem.clock import Clock
-from oryxmem.errors import MemoryFileConflictedError, MemoryFileUnreadableError
+from oryxmem.errors import MemoryFileConflictedError, MemoryFileUnreadableError, OryxError
 from oryxmem.fileio import (
     AppendHandle,
     ConcurrentChange,
@@ -24,6 +24,7 @@ from oryxmem.fileio import (
     append_durably,
     atomic_write,
     file_stat,
+    open_regular,
     remove_stale_temp_files,
     repair_torn_append,
     retry_on_change,
@@ -72,7 +73,7 @@ class MarkdownMemoryStore(LongTermMemoryStore):
         super().__init__(clock=clock, limits=limits)
         self.path = path
         self.lock = lock
-        self._appender = AppendHandle(path)
+        self._appender = AppendHandle(path, refuse=MemoryFileUnreadableError)
         self._cached: _Cached | None = None
         self.repairs: list[str] = []  # what each journal replay at lock time found
         self._untold: list[str] = []  # the replays worth telling, until someone tells them
@@ -97,7 +98,7 @@ class MarkdownMemoryStore(LongTermMemoryStore):
                 line = self._line_at(intent.offset)
                 self._untold.append(f"{self.path}:{line}: after a crash, {outcome}")
         try:
-            info = os.stat(self.path)
+            info = os.lstat(self.path)  # a link is refused when opened, below
         except FileNotFoundError:
             if self._cached is None or self._cached.key is not None:
                 self._cached = _Cached(None, parse(""))
@@ -105,7 +106,7 @@ class MarkdownMemoryStore(LongTermMemoryStore):
         if self._cached is not None and self._cached.key == FileStat.of(info):
             return self._cached
         for _ in range(READ_ATTEMPTS):
-            with open(self.path, "rb") as handle:
+            with os.fdopen(self._open_to_read(), "rb") as handle:
                 before = FileStat.of(os.fstat(handle.fileno()))
                 raw = handle.read()
                 after = FileStat.of(os.fstat(handle.fileno()))
@@ -124,10 +125,15 @@ class MarkdownMemoryStore(LongTermMemoryStore):
     def _line_at(self, offset: int) -> int:
         """The 1-based number of the line that starts at this byte offset."""
         try:
-            with open(self.path, "rb") as handle:
+            with os.fdopen(self._open_to_read(), "rb") as handle:
                 return handle.read(offset).count(b"\n") + 1
-        except OSError:
+        except (OSError, OryxError):
             return 0
+
+    def _open_to_read(self) -> int:
+        """MEMORY.md, only as the regular file it should be (never through a link, never
+        blocking on a FIFO): anything else is a clear error for this agent (2002)."""
+        return open_regular(self.path, os.O_RDONLY, refuse=MemoryFileUnreadableError)
 
     def take_repairs(self) -> list[str]:
         """What lock-time repairs did since last asked, each as 'path:line: what'."""

@@ -1,0 +1,311 @@
+"""Issue 15: what broke when the daemon was tried as an attacker and a careless user
+would, each test named after what broke, with the real daemon, real files and a real
+socket; the daemon answers health after each."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import threading
+import time
+import unicodedata
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import run_cli
+from daemonhelp import RunningDaemon, daemon
+
+from oryxmem.daemon import worker as worker_module
+from oryxmem.daemon.worker import MemoryWorker
+from oryxmem.errors import StorageError
+from oryxmem.service import MemoryService, SaveRequest
+from oryxmem.workspace import Workspace, agent_name_problem, resolve_agent
+
+FOUR_BYTE = "%F0%A0%80%80"  # U+20000, a CJK letter of four bytes in UTF-8
+
+
+@pytest.fixture
+def running(workspace: Workspace, tmp_path: Path) -> Iterator[RunningDaemon]:
+    with daemon(workspace, tmp_path / "daemon.log") as proc:
+        yield proc
+
+
+def healthy(running: RunningDaemon) -> dict[str, Any]:
+    status, reply = running.curl("http://x/api/v1/health", timeout=10)
+    assert status == 200, reply
+    data: dict[str, Any] = reply["data"]
+    return data
+
+
+def save_to(running: RunningDaemon, agent: str, content: str = "x") -> tuple[int, dict[str, Any]]:
+    body = json.dumps({"content": content})
+    return running.curl("-d", body, f"http://x/api/v1/agents/{agent}/memory", timeout=10)
+
+
+# --- A. Nothing wedges the daemon -----------------------------------------------------
+
+
+def test_a_name_of_64_four_byte_letters_no_longer_kills_the_memory_thread(
+    running: RunningDaemon,
+) -> None:
+    for letters in (64, 62, 33):
+        status, reply = save_to(running, FOUR_BYTE * letters)
+        assert (status, reply["code"]) == (400, 1008), reply
+        assert "bytes" in reply["message"]
+    status, reply = save_to(running, FOUR_BYTE * 32)  # 128 bytes: every derived name fits
+    assert status == 200, reply
+    assert healthy(running)["memory_thread_alive"] is True
+
+
+def test_an_unexpected_error_in_the_memory_thread_fails_only_that_request(
+    service: MemoryService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What an OSError from the folder check did (the thread died, every later request
+    hung), for any exception: that request fails, the next one is served."""
+    worker = MemoryWorker(service, on_lagging=lambda agent: None)
+    worker.start()
+    try:
+        real = service.prepare_batch
+
+        def broken(ref: Any, requests: Any) -> Any:
+            if ref.agent == "doomed":
+                raise OSError(36, "File name too long")
+            return real(ref, requests)
+
+        monkeypatch.setattr(service, "prepare_batch", broken)
+        failed = worker.save(service.resolve("doomed"), SaveRequest("x"))
+        with pytest.raises(OSError, match="File name too long"):
+            failed.result(timeout=10)
+        assert worker.save(service.resolve("fine"), SaveRequest("y")).result(timeout=10)
+        assert worker.call(lambda s: 42).result(timeout=10) == 42
+        assert worker.alive
+    finally:
+        worker.stop()
+
+
+def test_a_memory_thread_stuck_in_a_call_stops_the_watchdog_and_health_still_answers(
+    service: MemoryService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(worker_module, "STUCK_SECONDS", 0.3)
+    worker = MemoryWorker(service, on_lagging=lambda agent: None)
+    worker.start()
+    release = threading.Event()
+    try:
+        held = worker.call(lambda s: release.wait(30))
+        time.sleep(0.6)
+        assert not worker.alive and worker.busy_seconds > 0.3  # the watchdog stops pinging
+        release.set()
+        held.result(timeout=10)
+        assert worker.alive
+    finally:
+        release.set()
+        worker.stop()
+
+
+def test_health_answers_while_another_program_holds_the_database_locked(
+    running: RunningDaemon, workspace: Workspace
+) -> None:
+    """A3: a database locked by another program may delay the rows, never health."""
+    holder = subprocess.Popen(["sqlite3", str(workspace.db_path)], stdin=subprocess.PIPE, text=True)
+    assert holder.stdin is not None
+    holder.stdin.write("BEGIN EXCLUSIVE;\nSELECT 1;\n")
+    holder.stdin.flush()
+    time.sleep(0.5)
+    try:
+        started = time.monotonic()
+        data = healthy(running)
+        assert time.monotonic() - started < 5, data
+    finally:
+        holder.stdin.write("COMMIT;\n.quit\n")
+        holder.stdin.flush()
+        holder.wait(timeout=30)
+    assert healthy(running)["memory_thread_alive"] is True
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory", "socket"])
+def test_a_fifo_directory_or_socket_where_memory_md_should_be_is_a_409_not_a_hang(
+    running: RunningDaemon, workspace: Workspace, kind: str, tmp_path: Path
+) -> None:
+    folder = workspace.agents_dir / f"odd-{kind}"
+    folder.mkdir()
+    target = folder / "MEMORY.md"
+    if kind == "fifo":
+        os.mkfifo(target)
+    elif kind == "directory":
+        target.mkdir()
+    else:  # a socket's inode, as bind() leaves one (the path is too long to bind here)
+        os.mknod(target, 0o600 | stat.S_IFSOCK)
+    for args in (
+        ["-d", '{"content": "x"}', f"http://x/api/v1/agents/odd-{kind}/memory"],
+        [f"http://x/api/v1/agents/odd-{kind}/memory"],
+        [f"http://x/api/v1/agents/odd-{kind}/context"],
+    ):
+        status, reply = running.curl(*args, timeout=10)
+        assert (status, reply["code"]) == (409, 2002), reply
+        assert "not a regular file" in reply["message"]
+    assert healthy(running)["memory_thread_alive"] is True
+    assert save_to(running, "neighbour")[0] == 200  # the others are served
+    deadline = time.monotonic() + 30
+    while "not a regular file" not in (status := run_cli("status").stdout):
+        assert time.monotonic() < deadline, status  # status lists it, as it lists garbage
+        time.sleep(0.2)
+    assert f"odd-{kind}: unreadable" in status
+
+
+# --- B. Nothing in a workspace reaches outside it ---------------------------------------
+
+
+def test_a_symlinked_daemon_lock_does_not_overwrite_its_target(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    target = tmp_path / "bashrc"
+    target.write_text("export PS1='$ '\n")
+    workspace.run_dir.mkdir(parents=True, exist_ok=True)
+    (workspace.run_dir / "daemon.lock").symlink_to(target)
+    done = subprocess.run(
+        [sys.executable, "-m", "oryxmem", "daemon"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "ORYXMEM_ROOT": str(workspace.root)},
+    )
+    assert done.returncode != 0 and "symbolic link" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+    assert target.read_text() == "export PS1='$ '\n"
+
+
+def test_a_symlinked_agent_lock_does_not_get_the_journal_written_over_its_target(
+    running: RunningDaemon, workspace: Workspace, tmp_path: Path
+) -> None:
+    target = tmp_path / "precious"
+    target.write_text("keep me\n")
+    workspace.locks_dir.mkdir(parents=True, exist_ok=True)
+    workspace.lock_path("linked").symlink_to(target)
+    status, reply = save_to(running, "linked")
+    assert status == StorageError.http_status and reply["code"] == StorageError.code, reply
+    assert target.read_text() == "keep me\n"
+    assert healthy(running)["memory_thread_alive"] is True
+
+
+def test_a_global_memory_md_symlinked_to_a_secret_is_neither_shown_nor_copied(
+    running: RunningDaemon, workspace: Workspace, tmp_path: Path
+) -> None:
+    secret = tmp_path / "id_ed25519"
+    secret.write_text("-----BEGIN OPENSSH PRIVATE KEY-----\nsecret\n")
+    path = workspace.global_memory_dir / "MEMORY.md"
+    path.unlink(missing_ok=True)
+    path.symlink_to(secret)
+    status, reply = running.curl("http://x/api/v1/memory", timeout=10)
+    assert status == 409 and "symbolic link" in reply["message"] and "secret" not in str(reply)
+    status, reply = running.curl("-d", '{"content": "x"}', "http://x/api/v1/memory", timeout=10)
+    assert status == 409, reply
+    assert path.is_symlink() and "BEGIN OPENSSH" in secret.read_text()
+    assert healthy(running)["memory_thread_alive"] is True
+
+
+def test_a_hard_linked_memory_md_is_refused_for_writing(
+    running: RunningDaemon, workspace: Workspace, tmp_path: Path
+) -> None:
+    outside = tmp_path / "outside.md"
+    outside.write_text("## 核心记忆\n\n## 归档记忆\n")
+    folder = workspace.agents_dir / "linked"
+    folder.mkdir()
+    os.link(outside, folder / "MEMORY.md")
+    status, reply = save_to(running, "linked")
+    assert (status, reply["code"]) == (409, 2002) and "hard links" in reply["message"], reply
+    assert outside.read_text() == "## 核心记忆\n\n## 归档记忆\n"
+
+
+# --- E. Names --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "usual, other",
+    [
+        ("한국", unicodedata.normalize("NFD", "한국")),
+        ("\u00c5", "\u212b"),  # Å and the Angstrom sign
+        ("K", "\u212a"),  # and the Kelvin sign
+        ("fi", "\ufb01"),  # and the ligature
+        ("café", unicodedata.normalize("NFD", "café")),
+    ],
+)
+def test_two_names_that_look_the_same_never_become_two_agents(
+    workspace: Workspace, usual: str, other: str
+) -> None:
+    assert agent_name_problem(usual) is None
+    assert "NFKC" in (agent_name_problem(other) or "")
+    done = run_cli("save", "--agent", other, "hello")
+    assert done.returncode == 0 and "using the global memory file" in done.stderr
+    assert not (workspace.agents_dir / other).exists()
+    assert resolve_agent(workspace, other).fell_back
+
+
+@pytest.mark.parametrize("name", ["\u3164", "\uffa0", "\u115f", "a\u3164b"])
+def test_an_invisible_name_is_unsafe(name: str) -> None:
+    assert "shows nothing" in (agent_name_problem(name) or "")
+
+
+def test_a_save_is_acknowledged_at_once_while_another_program_holds_the_database(
+    running: RunningDaemon, workspace: Workspace
+) -> None:
+    """A3: the rows may wait for the lock; the acknowledgement never does."""
+    assert save_to(running, "busy", "before")[0] == 200
+    holder = subprocess.Popen(["sqlite3", str(workspace.db_path)], stdin=subprocess.PIPE, text=True)
+    assert holder.stdin is not None
+    holder.stdin.write("BEGIN EXCLUSIVE;\nSELECT 1;\n")
+    holder.stdin.flush()
+    time.sleep(0.5)
+    took = []
+    try:
+        for n in range(5):
+            started = time.monotonic()
+            status, reply = save_to(running, "busy", f"during {n}")
+            took.append(time.monotonic() - started)
+            assert status == 200, reply
+            time.sleep(0.3)  # the mirror runs (and finds the lock) between saves
+        started = time.monotonic()
+        healthy(running)
+        took.append(time.monotonic() - started)
+    finally:
+        holder.stdin.write("COMMIT;\n.quit\n")
+        holder.stdin.flush()
+        holder.wait(timeout=30)
+    assert max(took) < 1.5, took
+    assert "during 4" in workspace.memory_path("busy").read_text()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # the rows catch up once the lock is gone
+        rows = subprocess.run(
+            [
+                "sqlite3",
+                "-cmd",
+                ".timeout 5000",
+                str(workspace.db_path),
+                "SELECT count(*) FROM memory_entries WHERE agent = 'busy'",
+            ],
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+        if rows == "6":
+            break
+        time.sleep(0.2)
+    assert rows == "6"
+
+
+def test_a_socket_of_another_workspace_is_refused_not_written_to(
+    running: RunningDaemon, workspace: Workspace, tmp_path: Path
+) -> None:
+    """B6: ORYXMEM_SOCKET naming workspace A's daemon, and --root B: nothing lands in A."""
+    other = tmp_path / "other"
+    other.mkdir()
+    assert run_cli("--root", str(other), "init").returncode == 0
+    done = run_cli("--root", str(other), "save", "--agent", "x", "hi")
+    assert done.returncode == 1 and "serves" in done.stderr and str(workspace.root) in done.stderr
+    assert not workspace.memory_path("x").exists()
+    assert not (other / ".oryxos" / "agents" / "x").exists()
+    assert run_cli("save", "--agent", "x", "hi").returncode == 0  # its own workspace: fine
+    assert healthy(running)["memory_thread_alive"] is True
