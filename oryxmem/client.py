@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 import urllib.parse
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,9 @@ class _ReplyError(Exception):
     """The daemon closed the connection or sent something that is not an HTTP reply."""
 
 
+CONNECT_RETRY_SECONDS = 2.0  # how long a full backlog is waited out
+
+
 class _Connection:
     """One kept-alive HTTP/1.1 connection to the daemon's Unix socket.
 
@@ -52,12 +56,27 @@ class _Connection:
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             self.sock.settimeout(timeout)
-            self.sock.connect(path)
+            self._connect(path, min(timeout, CONNECT_RETRY_SECONDS))
         except BaseException:
             self.sock.close()
             raise
         self.reader = self.sock.makefile("rb")
         self.reusable = True
+
+    def _connect(self, path: str, patience: float) -> None:
+        """A Unix socket whose backlog is full refuses at once (EAGAIN): many clients
+        arrived together. Try again for a moment before that counts as no daemon."""
+        deadline = time.monotonic() + patience
+        pause = 0.001
+        while True:
+            try:
+                self.sock.connect(path)
+                return
+            except BlockingIOError:
+                if time.monotonic() + pause > deadline:
+                    raise
+                time.sleep(pause)
+                pause = min(pause * 2, 0.05)
 
     def close(self) -> None:
         self.reader.close()

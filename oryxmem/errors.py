@@ -114,6 +114,10 @@ class WrongWorkspaceError(OryxError, code=1018, http_status=409):
     """The daemon on this socket serves another workspace than the one meant."""
 
 
+class MalformedRequestError(OryxError, code=1019, http_status=400):
+    """The request is not HTTP the daemon can read."""
+
+
 class MemoryFileConflictedError(OryxError, code=2001, http_status=409):
     """MEMORY.md holds git conflict markers."""
 

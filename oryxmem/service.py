@@ -16,7 +16,6 @@ which file served it and why.
 from __future__ import annotations
 
 import logging
-import re
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
@@ -56,7 +55,14 @@ from oryxmem.search import MODES, POOL, rank
 from oryxmem.store import rows
 from oryxmem.store.base import LongTermMemoryStore, StoreLimits, StoreResources, fold_keyword
 from oryxmem.store.db import BUSY_TIMEOUT_MS, Executes, connect, is_locked, write_transaction
-from oryxmem.store.format import ARCHIVAL, CANONICAL_HEADINGS, CORE, Entry, new_file_text
+from oryxmem.store.format import (
+    ARCHIVAL,
+    CANONICAL_HEADINGS,
+    CORE,
+    Entry,
+    has_lone_surrogate,
+    new_file_text,
+)
 from oryxmem.store.markdown import Append, MarkdownFiles, MarkdownMemoryStore
 from oryxmem.store.sessions import SessionInfo, SessionStore, record_tool_invocation
 from oryxmem.workspace import (
@@ -136,9 +142,6 @@ class AgentSummary:
     core: int | None
     archival: int | None
     problem: str | None
-
-
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def fold_whitespace(text: str) -> str:
@@ -570,7 +573,7 @@ class MemoryService:
             raise InvalidFieldError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
         if not query.strip():
             raise EmptyKeywordError("the search query is empty")
-        if _LONE_SURROGATE.search(query):
+        if has_lone_surrogate(query):
             raise InvalidContentError("the search query holds a lone surrogate (not Unicode)")
         count = limit or int(self.config.get("recall.limit"))
         if self.index_upkeep:
@@ -615,6 +618,8 @@ class MemoryService:
         """What recall_memory answers: memory.recall says hybrid (the best entries for the
         question, by meaning and words, best first) or keyword (DESIGN section 4)."""
         fold_keyword(keyword)  # an empty keyword is the same error either way
+        if has_lone_surrogate(keyword):
+            raise InvalidContentError("the keyword holds a lone surrogate (not Unicode)")
         if self.config.get("memory.recall") == "hybrid":
             return self.recall_by_meaning(agent, keyword)
         ref = self.resolve(agent)

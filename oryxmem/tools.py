@@ -9,16 +9,15 @@ threads (a save through group commit, a ranked recall on a reader thread).
 from __future__ import annotations
 
 import logging
-import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from oryxmem.errors import InvalidFieldError, OryxError
+from oryxmem.errors import InvalidContentError, InvalidFieldError, OryxError
 from oryxmem.payloads import recall_data, save_data
 from oryxmem.service import MemoryService, SaveRequest
-from oryxmem.store.format import ARCHIVAL
+from oryxmem.store.format import ARCHIVAL, has_lone_surrogate
 
 log = logging.getLogger("oryxmem.tools")
 
@@ -53,7 +52,11 @@ class ToolCall:
         named = body.get("agent", agent)
         if named is not None and not isinstance(named, str):
             raise InvalidFieldError("'agent' must be a string")
-        return cls(tool, body, named, body.get("session", session), time.perf_counter())
+        in_session = body.get("session", session)
+        for value in (named, in_session):
+            if isinstance(value, str) and has_lone_surrogate(value):
+                raise InvalidContentError("the agent or session holds a lone surrogate")
+        return cls(tool, body, named, in_session, time.perf_counter())
 
     @property
     def input(self) -> dict[str, Any]:
@@ -68,7 +71,7 @@ class ToolCall:
             service.record_tool(
                 self.tool, served, self.session, self.input, output, ok, self.started
             )
-        except (sqlite3.Error, OryxError) as error:
+        except Exception as error:  # the call stands; its record is what is missing
             log.warning("the %s call was not recorded in tool_invocations: %s", self.tool, error)
 
     def failure(self, error: OryxError) -> dict[str, Any]:

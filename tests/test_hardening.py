@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket as sockets
 import stat
 import subprocess
 import sys
@@ -309,3 +310,101 @@ def test_a_socket_of_another_workspace_is_refused_not_written_to(
     assert not (other / ".oryxos" / "agents" / "x").exists()
     assert run_cli("save", "--agent", "x", "hi").returncode == 0  # its own workspace: fine
     assert healthy(running)["memory_thread_alive"] is True
+
+
+# --- D. Bad input is a 4xx in the envelope, never a 500 ---------------------------------
+
+
+@pytest.mark.parametrize(
+    "body, code",
+    [
+        ("[" * 100_000, 1001),  # was a RecursionError
+        ('{"content": "x", "ignored": ' + "9" * 10_000 + "}", 1001),  # was a ValueError
+        ('{"content": "x\\ud800y"}', 1005),
+        ('{"content": "x\\u009b31m"}', 1005),  # a C1 control: a terminal's CSI
+        ('{"content": "x\\u007f"}', 1005),
+    ],
+)
+def test_a_body_that_raised_a_500_is_a_4xx_in_the_envelope_and_stores_nothing(
+    running: RunningDaemon, workspace: Workspace, tmp_path: Path, body: str, code: int
+) -> None:
+    payload = tmp_path / "body.json"
+    payload.write_text(body)
+    status, reply = running.curl("-d", f"@{payload}", "http://x/api/v1/agents/bad/memory")
+    assert 400 <= status < 500 and reply["code"] == code, reply
+    assert not workspace.memory_path("bad").exists()
+    assert "Traceback" not in running.text()
+    assert healthy(running)["memory_thread_alive"] is True
+
+
+def test_a_tool_call_with_a_lone_surrogate_agent_is_refused_and_stores_nothing(
+    running: RunningDaemon, workspace: Workspace
+) -> None:
+    """It answered 500 with "x" stored in the global file: a retry stored it twice."""
+    body = '{"agent": "\\ud800", "content": "x"}'
+    status, reply = running.curl("-d", body, "http://x/api/v1/tools/save_memory")
+    assert (status, reply["code"]) == (400, 1005), reply
+    global_file = workspace.global_memory_dir / "MEMORY.md"
+    assert not global_file.exists() or "] x" not in global_file.read_text()
+    assert "Traceback" not in running.text()
+
+
+def raw_exchange(running: RunningDaemon, data: bytes) -> bytes:
+    with sockets.socket(sockets.AF_UNIX) as conn:
+        conn.settimeout(10)
+        conn.connect(str(running.socket))
+        conn.sendall(data)
+        received = b""
+        while chunk := conn.recv(65536):
+            received += chunk
+    return received
+
+
+@pytest.mark.parametrize(
+    "request_bytes",
+    [
+        b"POST /api/v1/memory HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab",
+        b"GET /api/v1/health HTTP/1.1\r\nX-Secret: " + b"s3cret" * 11_000 + b"\r\n\r\n",
+        b"\x16\x03\x01\x02\x00 my-private-memory \r\n\r\n",
+    ],
+    ids=["two-content-lengths", "64k-header", "garbage"],
+)
+def test_an_http_parser_error_gets_the_envelope_and_one_log_line_without_its_bytes(
+    running: RunningDaemon, request_bytes: bytes
+) -> None:
+    reply = raw_exchange(running, request_bytes)
+    head, _, body = reply.partition(b"\r\n\r\n")
+    assert head.split(b" ")[1].startswith(b"4"), head
+    assert b"application/json" in head
+    envelope = json.loads(body)
+    assert envelope["code"] == 1019 and envelope["message"].startswith("malformed HTTP request")
+    log = running.text()
+    assert "Traceback" not in log and "s3cret" not in log and "my-private-memory" not in log
+    assert log.count("refused a malformed request") >= 1
+    assert healthy(running)["memory_thread_alive"] is True
+
+
+def test_three_hundred_clients_connecting_at_once_are_all_served(running: RunningDaemon) -> None:
+    """aiohttp's listen(128) replaced the socket's 512: 66 to 171 of 300 got EAGAIN."""
+    script = f"""
+import threading
+from oryxmem.client import Client
+ok, failed = [], []
+start = threading.Barrier(300)
+def one(n):
+    start.wait()
+    try:
+        with Client({str(running.socket)!r}, timeout=60) as client:
+            client.health()
+        ok.append(n)
+    except Exception as error:
+        failed.append(repr(error))
+threads = [threading.Thread(target=one, args=(n,)) for n in range(300)]
+[t.start() for t in threads]
+[t.join() for t in threads]
+print(len(ok), failed[:3])
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert done.stdout.startswith("300 []"), done.stdout + done.stderr

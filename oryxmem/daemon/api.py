@@ -12,13 +12,16 @@ import asyncio
 import json
 import logging
 import os
+import re
 import time
 import urllib.parse
 import weakref
 from collections.abc import Awaitable, Callable
+from http import HTTPStatus
 from typing import Any
 
-from aiohttp import web
+from aiohttp import web, web_protocol, web_server
+from aiohttp.web_request import BaseRequest
 
 from oryxmem.daemon.readers import Readers
 from oryxmem.daemon.sockets import peer_uid
@@ -28,8 +31,10 @@ from oryxmem.errors import (
     EmptyKeywordError,
     ForbiddenError,
     InternalError,
+    InvalidContentError,
     InvalidFieldError,
     InvalidJsonError,
+    MalformedRequestError,
     MethodNotAllowedError,
     NotFoundError,
     OryxError,
@@ -46,7 +51,7 @@ from oryxmem.payloads import (
     search_data,
 )
 from oryxmem.service import RECALL_MIN_SIMILARITY, MemoryService, SaveRequest
-from oryxmem.store.format import ARCHIVAL
+from oryxmem.store.format import ARCHIVAL, has_lone_surrogate
 from oryxmem.store.rows import sync_summary
 from oryxmem.tools import MAX_RESULTS, RecallArgs, ToolCall, save_request, text_field
 from oryxmem.workspace import GLOBAL_AGENT, WORKSPACE_HEADER, AgentRef, agent_name_problem
@@ -141,6 +146,42 @@ def check_workspace(request: web.Request) -> None:
         )
 
 
+class EnvelopeRequestHandler(web_protocol.RequestHandler):
+    """aiohttp's connection handler, but a request its HTTP parser refuses (two
+    Content-Lengths, a 64 KiB header, garbage bytes) gets the envelope like every other
+    reply, and the log one line: no traceback, and none of the request's bytes (they
+    may be someone's memory)."""
+
+    def handle_error(
+        self,
+        request: BaseRequest,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        reason = str(getattr(exc, "message", "") or message or HTTPStatus(status).phrase)
+        # Only aiohttp's words: what it quotes of the request (b'...') stays out.
+        reason = re.split(r"""\s*b['"]""", reason.strip() or "bad request")[0]
+        reason = reason.splitlines()[0].rstrip(": ")[:120] if reason.strip() else "bad request"
+        log.warning("refused a malformed request (%s): %s", status, reason)
+        error = MalformedRequestError(f"malformed HTTP request: {reason}")
+        response = web.json_response(
+            envelope(error.code, error.message, None), status=status, dumps=_dumps
+        )
+        response.force_close()
+        return response
+
+
+def use_envelope_handler(server: web_server.Server) -> None:
+    """Have this aiohttp server make its connections with EnvelopeRequestHandler."""
+    server.__class__ = _EnvelopeServer
+
+
+class _EnvelopeServer(web_server.Server):
+    def __call__(self) -> web_protocol.RequestHandler:
+        return EnvelopeRequestHandler(self, loop=self._loop, **self._kwargs)
+
+
 # --- request parsing ------------------------------------------------------------
 
 
@@ -158,11 +199,30 @@ async def json_body(request: web.Request) -> dict[str, Any]:
         return {}
     try:
         value = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise InvalidJsonError(f"the body is not valid JSON: {error}") from None
+    except RecursionError:
+        raise InvalidJsonError("the body is not valid JSON: nested too deeply") from None
+    except ValueError as error:  # not UTF-8, not JSON, or a number of over 4,300 digits
+        raise InvalidJsonError(f"the body is not valid JSON: {error}"[:300]) from None
     if not isinstance(value, dict):
         raise InvalidFieldError("the body must be a JSON object")
+    refuse_lone_surrogates(value)
     return value
+
+
+def refuse_lone_surrogates(value: Any) -> None:
+    """A string anywhere in the body holding half of a UTF-16 pair is not Unicode: it
+    cannot be written to MEMORY.md nor recorded, so the request is refused up front."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if has_lone_surrogate(item):
+                raise InvalidContentError("the body holds a lone surrogate (not Unicode)")
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
 
 
 def path_agent(request: web.Request) -> AgentRef:

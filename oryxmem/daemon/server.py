@@ -126,7 +126,13 @@ class Daemon:
             shutdown_timeout=DRAIN_SECONDS,
         )
         await runner.setup()
-        await web.SockSite(runner, sock, shutdown_timeout=DRAIN_SECONDS).start()
+        assert runner.server is not None
+        api.use_envelope_handler(runner.server)
+        # aiohttp would listen() again with its own backlog of 128: keep the socket's.
+        site = web.SockSite(
+            runner, sock, shutdown_timeout=DRAIN_SECONDS, backlog=sockets.LISTEN_BACKLOG
+        )
+        await site.start()
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):

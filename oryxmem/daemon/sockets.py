@@ -19,6 +19,9 @@ from oryxmem.errors import DaemonAlreadyRunningError, InvalidConfigError
 SD_LISTEN_FDS_START = 3
 
 
+LISTEN_BACKLOG = 512  # connections the kernel holds before accept(): bursts of clients
+
+
 def prepare_directory(folder: Path) -> None:
     """Create the socket's directory 0700. An existing one is never changed: it must be
     ours, or a shared sticky directory such as /tmp (the socket itself is 0600)."""
@@ -47,7 +50,7 @@ def is_live(path: Path) -> bool:
     return True
 
 
-def bind(path: Path, backlog: int = 512) -> socket.socket:
+def bind(path: Path, backlog: int = LISTEN_BACKLOG) -> socket.socket:
     """A listening socket at path, 0600 from birth; a stale one is replaced."""
     prepare_directory(path.parent)
     if path.exists() or path.is_symlink():

@@ -26,9 +26,11 @@ _OTHER_LINE_BREAKS = "\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
 _ESCAPES = {ord("\\"): "\\\\", ord("\n"): "\\n", ord("\r"): "\\r"} | {
     ord(ch): f"\\u{ord(ch):04x}" for ch in _OTHER_LINE_BREAKS
 }
-# C0 controls that are neither TAB nor a line break, and lone surrogates
-# (which cannot be written as UTF-8).
-_FORBIDDEN_RE = re.compile("[\x00-\x08\x0e-\x1b\x1f\ud800-\udfff]")
+# C0 controls that are neither TAB nor a line break, DEL and the C1 controls but NEL (a
+# line break, escaped), which a terminal obeys (U+009B starts a command, as ESC [ does);
+# and lone surrogates (which cannot be written as UTF-8).
+_FORBIDDEN_RE = re.compile("[\x00-\x08\x0e-\x1b\x1f\x7f-\x84\x86-\x9f\ud800-\udfff]")
+_LONE_SURROGATE_RE = re.compile("[\ud800-\udfff]")
 _UNESCAPE_RE = re.compile(r"\\(\\|n|r|u[0-9a-fA-F]{4})")
 _UNESCAPABLE_CODEPOINTS = {ord(ch) for ch in _OTHER_LINE_BREAKS}
 
@@ -50,10 +52,16 @@ def normalize_content(content: str) -> str:
         raise EmptyContentError("content is empty")
     bad = _FORBIDDEN_RE.search(stripped)
     if bad:
+        what = "a lone surrogate" if has_lone_surrogate(bad.group()) else "the control character"
         raise InvalidContentError(
-            f"content holds the control character U+{ord(bad.group()):04X} at offset {bad.start()}"
+            f"content holds {what} U+{ord(bad.group()):04X} at offset {bad.start()}"
         )
     return stripped
+
+
+def has_lone_surrogate(text: str) -> bool:
+    """Half of a UTF-16 pair, which no UTF-8 file or SQLite text can hold."""
+    return _LONE_SURROGATE_RE.search(text) is not None
 
 
 def escape_content(content: str) -> str:
