@@ -75,12 +75,28 @@ def pad(text: str, width: int) -> str:
     return text + " " * max(width - display_width(text), 0)
 
 
+# Marks that reorder what a terminal shows (a line could read backwards); revealed.
+BIDI_CONTROLS = frozenset(
+    "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+)
+
+
 def terminal_safe(text: str) -> str:
     """Text as one line with no control characters: escaped like MEMORY.md, then \\xNN."""
-    escaped = escape_content(text)
+    return terminal_line(escape_content(text))
+
+
+def terminal_line(line: str) -> str:
+    """A line of MEMORY.md (already one line) as a terminal may show it: C0 and C1
+    controls and DEL as \\xNN (ESC, BEL, CSI and OSC could retitle or clear the
+    terminal), bidirectional overrides as \\uNNNN."""
     return "".join(
-        f"\\x{ord(ch):02x}" if unicodedata.category(ch) == "Cc" and ch != "\t" else ch
-        for ch in escaped
+        f"\\x{ord(ch):02x}"
+        if unicodedata.category(ch) == "Cc" and ch != "\t"
+        else f"\\u{ord(ch):04x}"
+        if ch in BIDI_CONTROLS
+        else ch
+        for ch in line
     )
 
 
@@ -170,7 +186,7 @@ def recall(ctx: Context, agent: str | None, keyword: str, as_json: bool) -> None
         emit_json(data)
         return
     for line in data["lines"]:
-        click.echo(line)
+        click.echo(terminal_line(line))
 
 
 # The modes of oryxmem.search.MODES (not imported here: it loads numpy; a test checks).
@@ -265,7 +281,7 @@ def _table(title: str, entries: list[dict[str, Any]]) -> list[str]:
     for number, entry in enumerate(entries, 1):
         line = entry["line"]
         content = line.split("] ", 1)[1] if entry["ts"] else line[2:]
-        lines.append(f"  {number:>{width}}  {entry['ts'] or '-':<19}  {content}")
+        lines.append(f"  {number:>{width}}  {entry['ts'] or '-':<19}  {terminal_line(content)}")
     return lines
 
 
@@ -301,7 +317,7 @@ def context(ctx: Context, agent: str | None, as_json: bool) -> None:
     if as_json:
         emit_json(data)
     else:
-        click.echo(data["context"], nl=False)
+        click.echo("\n".join(map(terminal_line, data["context"].splitlines())))
 
 
 @cli.command()

@@ -120,14 +120,31 @@ def _storage_error(action: str, path: Path, error: OSError) -> StorageError:
     return StorageError(f"could not {action} {path}: {reason}", data={"errno": error.errno})
 
 
+def current_umask() -> int:
+    """The process's umask, read without changing it (Linux says it in /proc)."""
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass  # no /proc: ask the only other way, which sets it back at once
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write(
     path: Path,
     data: bytes,
     *,
-    default_mode: int = 0o644,
+    default_mode: int | None = None,
     before_replace: Callable[[], None] | None = None,
 ) -> os.stat_result:
     """Replace path with data so that a crash leaves either the old or the new bytes.
+
+    The file keeps its mode; a new one gets ``default_mode``, or without it what the
+    umask leaves of 0666 (as any program's new file would).
 
     ``before_replace`` runs once the temp file is durable and may raise (for
     instance ConcurrentChange) to abandon the write. Returns the stat of the new
@@ -135,9 +152,11 @@ def atomic_write(
     """
     try:
         info = os.lstat(path)  # a link's target's mode is none of ours
-        mode = stat.S_IMODE(info.st_mode) if stat.S_ISREG(info.st_mode) else default_mode
+        mode = stat.S_IMODE(info.st_mode) if stat.S_ISREG(info.st_mode) else None
     except FileNotFoundError:
-        mode = default_mode
+        mode = None
+    if mode is None:
+        mode = default_mode if default_mode is not None else 0o666 & ~current_umask()
     tmp = path.with_name(f".{path.name}.{os.urandom(4).hex()}.tmp")
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)

@@ -576,7 +576,8 @@ class MemoryService:
         if has_lone_surrogate(query):
             raise InvalidContentError("the search query holds a lone surrogate (not Unicode)")
         count = limit or int(self.config.get("recall.limit"))
-        if self.index_upkeep:
+        if self.index_upkeep:  # alone (no daemon keeps the rows and indexes current):
+            self._settle_rows(ref.agent)  # a file edited since the last sync is read first
             self.catch_up_indexes()  # the keyword arm sees every row (cheap when current)
         vectors = None if mode == "keyword" else self.vector_index()
         bm25 = self.indexes["bm25"]
@@ -613,6 +614,13 @@ class MemoryService:
             if len(hits) >= count:
                 break
         return SearchResult(ref, query, mode, hits[:count], ranking.unembedded, note)
+
+    def _settle_rows(self, agent: str) -> None:
+        """Bring the rows up to the agent's file when it changed since sync last saw it
+        (one stat and one read when it did not)."""
+        stat = file_stat(self.workspace.memory_path(agent))
+        if stat is not None and not rows.is_settled(self.db, agent, stat):
+            self.sync_engine().reconcile_agent(agent)
 
     def recall(self, agent: str | None, keyword: str) -> RecallResult:
         """What recall_memory answers: memory.recall says hybrid (the best entries for the

@@ -408,3 +408,55 @@ print(len(ok), failed[:3])
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
     )
     assert done.stdout.startswith("300 []"), done.stdout + done.stderr
+
+
+# --- E. Privacy and terminals -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("umask, expected", [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
+def test_memory_md_follows_the_umask_and_the_database_is_private_whatever_it_is(
+    workspace: Workspace, tmp_path: Path, umask: int, expected: int
+) -> None:
+    """New MEMORY.md files were 0644 even under umask 077; under 022 the database, WAL
+    and shm were 0644, and another uid read session messages from the WAL."""
+    log = tmp_path / "d.log"
+    with daemon(workspace, log, preexec_fn=lambda: os.umask(umask)) as running:
+        assert save_to(running, "modes")[0] == 200
+        assert running.curl("-d", '{"agent": "modes"}', "http://x/api/v1/sessions")[0] == 200
+        for name in ("oryxos.db", "oryxos.db-wal", "oryxos.db-shm"):
+            mode = stat.S_IMODE(os.stat(workspace.os_dir / name).st_mode)
+            assert mode == 0o600, (name, oct(mode))
+    assert stat.S_IMODE(os.stat(workspace.memory_path("modes")).st_mode) == expected
+
+
+def test_an_existing_world_readable_database_is_made_private(workspace: Workspace) -> None:
+    run_cli("save", "--agent", "a", "x")
+    os.chmod(workspace.db_path, 0o644)
+    run_cli("save", "--agent", "a", "y")
+    assert stat.S_IMODE(os.stat(workspace.db_path).st_mode) == 0o600
+
+
+TERMINAL_TRAPS = "\x1b]0;owned\x07 \x1b[2J \x7f \u009b31m \u009d0;t\u009c \u202etxt.exe"
+
+
+def test_show_recall_and_context_never_print_terminal_controls_from_a_cloned_file(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    path = workspace.memory_path("cloned")
+    path.parent.mkdir(parents=True)
+    path.write_text(
+        "## 核心记忆\n- [2026-07-22 09:30:00] core " + TERMINAL_TRAPS + "\n\n"
+        "## 归档记忆\n- [2026-07-22 09:30:00] note " + TERMINAL_TRAPS + "\n",
+        encoding="utf-8",
+    )
+    raw = set("\x1b\x07\x7f\u009b\u009d\u009c\u202e")
+    for command in (["show"], ["recall", "note"], ["context"]):
+        for env in ({"ORYXMEM_NO_DAEMON": "1"},):
+            done = run_cli(*command, "--agent", "cloned", env=env)
+            assert done.returncode == 0, done.stderr
+            assert not raw & set(done.stdout), (command, done.stdout)
+            assert "\\x1b" in done.stdout and "\\u202e" in done.stdout
+    with daemon(workspace, tmp_path / "d.log"):
+        for command in (["show"], ["recall", "note"], ["context"]):
+            done = run_cli(*command, "--agent", "cloned")
+            assert done.returncode == 0 and not raw & set(done.stdout), done.stdout

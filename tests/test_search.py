@@ -410,3 +410,17 @@ def test_reindex_with_and_without_the_daemon(workspace: Workspace, tmp_path: Pat
         assert run_cli("search", "-a", "coder", "-k", "1", "hot drinks").stdout.endswith(
             MEMORY[0] + "\n"
         )
+
+
+def test_a_search_with_no_daemon_right_after_an_editor_added_a_line_finds_it(
+    workspace: Workspace,
+) -> None:
+    """No daemon watched the edit: the search reads the changed file into the rows first."""
+    assert run_cli("save", "--agent", "ed", "The user likes green tea.").returncode == 0
+    path = workspace.memory_path("ed")
+    path.write_text(path.read_text() + "- [2026-07-22 09:30:00] Deploys go through staging.\n")
+    env = {"ORYXMEM_NO_DAEMON": "1"}
+    found = run_cli("recall", "--agent", "ed", "staging", env=env)
+    assert "Deploys go through staging." in found.stdout, found.stderr
+    hits = run_cli("search", "--agent", "ed", "-k", "1", "staging", env=env)
+    assert "Deploys go through staging." in hits.stdout

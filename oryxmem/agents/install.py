@@ -56,7 +56,7 @@ class Change:
 
         if self.changed:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write(self.path, self.after.encode("utf-8"), default_mode=0o600)
+            atomic_write(self.path, self.after.encode("utf-8"))
 
 
 def oryxmem_command(root: Path, *args: str) -> list[str]:

@@ -7,7 +7,9 @@ database, does not pay for it. The schema is in schema.py.
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import stat
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -37,6 +39,7 @@ def connect(path: Path) -> Database:
 
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+        keep_private(path)
         conn = sqlite3.connect(
             str(path), isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000
         )
@@ -48,9 +51,27 @@ def connect(path: Path) -> Database:
         if migrations.pending(db):
             with write_transaction(db):
                 migrations.apply(db)
-    except sqlite3.Error as error:
+    except (sqlite3.Error, OSError) as error:
         raise StorageError(f"could not open the database {path}: {error}") from error
     return db
+
+
+def keep_private(path: Path) -> None:
+    """The database holds sessions and tool inputs: 0600 whatever the umask, and so its
+    -wal and -shm files, which SQLite makes with the database file's mode. No file is
+    opened here once it exists: closing any descriptor of a database file drops the
+    POSIX locks of every connection this process has to it."""
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
+    except FileExistsError:
+        pass  # made already: only its mode is seen to
+    for name in (str(path), f"{path}-wal", f"{path}-shm"):
+        try:
+            info = os.lstat(name)
+        except FileNotFoundError:
+            continue
+        if stat.S_ISREG(info.st_mode) and stat.S_IMODE(info.st_mode) != 0o600:
+            os.chmod(name, 0o600)
 
 
 def _use_wal(db: Database) -> None:
