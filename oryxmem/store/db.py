@@ -7,6 +7,7 @@ database, does not pay for it. The schema is in schema.py.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import stat
@@ -61,10 +62,8 @@ def keep_private(path: Path) -> None:
     -wal and -shm files, which SQLite makes with the database file's mode. No file is
     opened here once it exists: closing any descriptor of a database file drops the
     POSIX locks of every connection this process has to it."""
-    try:
+    with contextlib.suppress(FileExistsError):  # made already: only its mode is seen to
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
-    except FileExistsError:
-        pass  # made already: only its mode is seen to
     for name in (str(path), f"{path}-wal", f"{path}-shm"):
         try:
             info = os.lstat(name)
