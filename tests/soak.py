@@ -116,6 +116,7 @@ class Soak:
             (6, self.human_edit_by_rename),
             (4, self.human_edit_in_place),
             (3, self.human_delete),
+            (2, self.delete_file_and_restore),
             (4, self.stale_buffer),
             (3, self.git_checkout_and_back),
             (6, self.sql_insert),
@@ -296,6 +297,30 @@ class Soak:
         ]
         self.write_by_rename(self.path(agent), "".join(kept))
         del self.model.human[content], self.model.must[content]
+
+    def delete_file_and_restore(self) -> None:
+        """`rm MEMORY.md` that stays deleted: its entries leave the rows; the file put
+        back (as `git checkout -- MEMORY.md` would) brings every one of them back."""
+        self.quiet()
+        agent = self.rng.choice(AGENTS)
+        path = self.path(agent)
+        if not path.exists():
+            return
+        text = path.read_text(encoding="utf-8")
+        path.unlink()
+        quoted = agent.replace("'", "''")
+        deadline = time.monotonic() + 15
+        while (
+            sql(
+                self.workspace, f"SELECT count(*) FROM memory_entries WHERE agent = '{quoted}'"
+            ).strip()
+            != "0"
+        ):
+            if time.monotonic() > deadline:
+                raise SoakFailure(f"the rows of {agent!r} stayed after its MEMORY.md was deleted")
+            time.sleep(0.1)
+        self.write_by_rename(path, text)
+        self.quiet()
 
     def stale_buffer(self) -> None:
         """The editor read the file; agents saved meanwhile; the old buffer is written back

@@ -460,3 +460,169 @@ def test_show_recall_and_context_never_print_terminal_controls_from_a_cloned_fil
         for command in (["show"], ["recall", "note"], ["context"]):
             done = run_cli(*command, "--agent", "cloned")
             assert done.returncode == 0 and not raw & set(done.stdout), done.stdout
+
+
+# --- C. No edit silently lost, no deletion silently ignored -----------------------------
+
+
+def test_a_row_with_agent_dot_dot_slash_x_is_quarantined_within_seconds(
+    running: RunningDaemon, workspace: Workspace
+) -> None:
+    """It stayed a plain row for 39 s (until a rescan); other bad rows took 3 s."""
+    sql = "INSERT INTO memory_entries(agent, content) VALUES ('../x', 'escape'), ('ok', 'fine')"
+    subprocess.run(["sqlite3", "-cmd", ".timeout 5000", str(workspace.db_path), sql], check=True)
+    started = time.monotonic()
+    while time.monotonic() - started < 5:
+        left = subprocess.run(
+            [
+                "sqlite3",
+                "-cmd",
+                ".timeout 5000",
+                str(workspace.db_path),
+                "SELECT count(*) FROM memory_entries WHERE agent = '../x'",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        if left == "0":
+            break
+        time.sleep(0.1)
+    assert left == "0", "still a plain row after 5 s"
+    kept = subprocess.run(
+        ["sqlite3", str(workspace.db_path), "SELECT count(*) FROM memory_quarantine"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert kept == "1"
+    assert not (workspace.root / ".oryxos" / "x").exists()
+    assert healthy(running)["memory_thread_alive"] is True
+
+
+def test_the_readme_sqlite3_insert_never_fails_while_agents_save(
+    running: RunningDaemon, workspace: Workspace
+) -> None:
+    """E19: without a busy timeout, 4 to 10 of 40 runs failed with `database is locked`."""
+    stop = threading.Event()
+
+    def saving() -> None:
+        from oryxmem.client import Client
+
+        with Client(running.socket) as client:
+            n = 0
+            while not stop.is_set():
+                client.save("busy", f"save {n}")
+                n += 1
+
+    savers = [threading.Thread(target=saving) for _ in range(3)]
+    for saver in savers:
+        saver.start()
+    try:
+        failures = []
+        for n in range(40):
+            done = subprocess.run(
+                [
+                    "sqlite3",
+                    "-cmd",
+                    ".timeout 5000",
+                    str(workspace.db_path),
+                    f"INSERT INTO memory_entries(agent, scope, content) VALUES ('coder', 'archival', 'x{n}')",
+                ],
+                capture_output=True,
+                text=True,
+            )
+            if done.returncode != 0:
+                failures.append(done.stderr)
+    finally:
+        stop.set()
+        for saver in savers:
+            saver.join()
+    assert failures == []
+
+
+def test_a_replaced_agents_folder_is_watched_again(
+    running: RunningDaemon, workspace: Workspace
+) -> None:
+    """After mv agents a.old && cp -a a.old agents && rm -rf a.old, edits reached the rows
+    only through the 30 s rescan, while health said watcher_alive."""
+    assert save_to(running, "moved", "before the move")[0] == 200
+    os_dir = workspace.os_dir
+    subprocess.run(
+        "mv agents a.old && cp -a a.old agents && rm -rf a.old",
+        shell=True,
+        check=True,
+        cwd=os_dir,
+    )
+    time.sleep(1.5)  # the daemon notices the new folder
+    path = workspace.memory_path("moved")
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write("- [2026-07-22 09:30:00] typed after the move\n")
+    started = time.monotonic()
+    while time.monotonic() - started < 10:
+        found = subprocess.run(
+            [
+                "sqlite3",
+                "-cmd",
+                ".timeout 5000",
+                str(workspace.db_path),
+                "SELECT count(*) FROM memory_entries WHERE content = 'typed after the move'",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        if found == "1":
+            break
+        time.sleep(0.1)
+    assert found == "1", "the edit did not reach the rows within 10 s"
+    assert healthy(running)["watcher_alive"] is True
+
+
+def row_contents(workspace: Workspace, agent: str) -> list[str]:
+    out = subprocess.run(
+        [
+            "sqlite3",
+            "-cmd",
+            ".timeout 5000",
+            str(workspace.db_path),
+            f"SELECT content FROM memory_entries WHERE agent = '{agent}' ORDER BY content",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return out.split()
+
+
+def wait_for_rows(workspace: Workspace, agent: str, expected: list[str]) -> None:
+    deadline = time.monotonic() + 15
+    while (got := row_contents(workspace, agent)) != expected:
+        assert time.monotonic() < deadline, got
+        time.sleep(0.1)
+
+
+@pytest.mark.parametrize("how", ["rm MEMORY.md", "rm -r the folder"])
+def test_a_memory_md_that_stays_deleted_takes_its_entries_out_of_the_rows(
+    running: RunningDaemon, workspace: Workspace, how: str
+) -> None:
+    """Its rows stayed in memory_entries forever, and `oryxmem sync` said everything in
+    sync. Now they go (each kept in memory_history), and restoring the file brings
+    them back."""
+    for word in ("alpha", "beta"):
+        assert save_to(running, "gone", word)[0] == 200
+    path = workspace.memory_path("gone")
+    kept = path.read_text()
+    wait_for_rows(workspace, "gone", ["alpha", "beta"])
+    if how == "rm MEMORY.md":
+        path.unlink()
+    else:
+        subprocess.run(["rm", "-r", str(path.parent)], check=True)
+    wait_for_rows(workspace, "gone", [])
+    history = run_cli("history", "--agent", "gone", "--limit", "4").stdout
+    assert history.count(" remove ") == 2 and " file " in history, history
+    assert run_cli("sync", "--check").returncode == 0
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(kept)
+    wait_for_rows(workspace, "gone", ["alpha", "beta"])
+    assert healthy(running)["memory_thread_alive"] is True

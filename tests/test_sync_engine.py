@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -254,6 +255,10 @@ def test_deleted_file_empties_the_table_and_restoring_it_refills(
     write(workspace, "coder", text)
     engine.reconcile_all()
     workspace.memory_path("coder").unlink()
+    assert engine.reconcile_agent("coder").status == "deferred"  # gone a moment: wait
+    assert len(row_items(workspace, "coder")) == 2
+    folder = workspace.memory_path("coder").parent
+    os.utime(folder, (time.time() - 5, time.time() - 5))  # it stayed deleted
     engine.reconcile_agent("coder")
     assert row_items(workspace, "coder") == {}
     removed = [e["content"] for e in table.history(engine.db, "coder", 10) if e["op"] == "remove"]

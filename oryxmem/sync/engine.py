@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -24,7 +26,7 @@ from oryxmem.store.format import Entry, MemoryDocument
 from oryxmem.store.markdown import MarkdownFiles, MarkdownMemoryStore
 from oryxmem.sync.git import git_operation_in_progress
 from oryxmem.sync.reconcile import Plan, number_rows, reconcile
-from oryxmem.workspace import GLOBAL_AGENT, Workspace, check_agent_name
+from oryxmem.workspace import GLOBAL_AGENT, Workspace, agent_name_problem, check_agent_name
 
 if TYPE_CHECKING:
     from sqlite_utils import Database
@@ -32,6 +34,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("oryxmem.sync")
 
 RECONCILE_ATTEMPTS = 5
+# A MEMORY.md (or its folder) gone this long is deleted: its entries leave the rows
+# (each kept in memory_history); gone for less, it may be an editor's save or a git
+# checkout in the middle, and reconcile waits.
+DELETION_GRACE_SECONDS = 1.0
 
 
 class _DryRun(Exception):
@@ -188,6 +194,10 @@ class SyncEngine:
     def reconcile_agent(self, agent: str, *, dry_run: bool = False) -> AgentReport:
         """Make MEMORY.md and the rows of one agent agree. Safe to run any time, twice."""
         if not self._safe(agent):
+            if not dry_run and agent_name_problem(agent):  # rows another program wrote
+                for report in self.quarantine_unsafe_agents():  # quarantined now, as all
+                    if report.agent == agent:  # other bad rows are, not at the next pass
+                        return report
             return AgentReport(agent, "skipped", "unsafe agent name")
         busy = git_operation_in_progress(self.workspace.root)
         if busy:
@@ -261,16 +271,22 @@ class SyncEngine:
             report.status = "unchanged"  # the echo of our own write, or a rescan
             return
         sha = file_sha256(doc.text) if key else None
-        if settled and state is not None and state.sha256 == sha:
+        if key is None and state is not None and state.file_stat is not None:
+            gone_for = self._gone_for(agent)
+            if gone_for < DELETION_GRACE_SECONDS:  # an editor's unlink and create, a
+                report.status = "deferred"  # checkout in the middle: wait and see
+                report.detail = "MEMORY.md was just removed; its entries go unless it returns"
+                return
+        if settled and state is not None and sha is not None and state.sha256 == sha:
             report.status = "unchanged"  # touched, same bytes
             if not dry_run:
                 self._save_state(agent, key, sha, [], notes, previous=[])
             return
         if state is not None:
             state = rows.read_state(self.db, agent)  # now the agreed ids too
-        protected = (
+        protected = (  # a stale buffer drops lines; a file that is gone was removed
             rows.protected_entries(self.db, agent, self.stale_buffer_seconds)
-            if state and self.stale_buffer_seconds
+            if state and self.stale_buffer_seconds and key is not None
             else set()
         )
         file_entries = doc.all_entries()
@@ -295,6 +311,17 @@ class SyncEngine:
         _apply_plan_to_rows(self.db, agent, plan, file_entries)
         previous = state.agreed if state is not None else None
         self._save_state(agent, key, sha, plan.agreed, notes, previous)
+
+    def _gone_for(self, agent: str) -> float:
+        """Seconds since the agent's MEMORY.md (or its folder) was removed, as the
+        modification time of the folder that held it says (inf: longer than we know)."""
+        path = self.workspace.memory_path(agent)
+        for holder in (path.parent, path.parent.parent):
+            try:
+                return time.time() - os.stat(holder).st_mtime
+            except FileNotFoundError:
+                continue
+        return float("inf")
 
     def _record_repairs(self, agent: str, repairs: Sequence[str], dry_run: bool) -> None:
         if repairs and not dry_run:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 import random
 import threading
 import time
@@ -72,6 +73,9 @@ WATCHED_EVENTS: list[type[FileSystemEvent]] = [
     DirMovedEvent,
 ]
 RESCAN_SECONDS = 30.0
+# How often the watched folders are looked at: one replaced (mv agents a.old; cp -a
+# a.old agents) takes the kernel's watches with it, and is watched anew.
+FOLDER_CHECK_SECONDS = 1.0
 # watchdog rebuilds its watches when the kernel's inotify queue overflows, and says so
 # only in a log record of these loggers; hearing it, we rescan at once.
 OVERFLOW_LOGGERS = ("watchdog.observers.inotify_c", "watchdog.observers.inotify")
@@ -157,6 +161,7 @@ class SyncWatcher:
         self.reconciles = 0
         self.overflows = 0
         self._rescan_now = False
+        self._watched: list[tuple[int, int] | None] = []
         self._deferred: set[str] = set()  # agents whose reconcile waits (git is busy)
         self._overflow_hook = _OverflowHook(self)
         # Called before each round of reconciles: the daemon mirrors the saves it has
@@ -201,6 +206,7 @@ class SyncWatcher:
         for name in OVERFLOW_LOGGERS:
             logging.getLogger(name).addHandler(self._overflow_hook)
         self.observer = self._start_observer()
+        self._watched = self._folder_ids()
         self._thread = threading.Thread(target=self._run, name="oryxmem-sync", daemon=True)
         self._thread.start()
 
@@ -228,6 +234,32 @@ class SyncWatcher:
             self.polling = kind is PollingObserver
             return observer
         raise RuntimeError("no file watcher could start")
+
+    def _folder_ids(self) -> list[tuple[int, int] | None]:
+        """Which directories the watched paths name now (None: none there)."""
+        ids: list[tuple[int, int] | None] = []
+        for folder in (self.workspace.agents_dir, self.workspace.global_memory_dir):
+            try:
+                info = os.stat(folder)
+                ids.append((info.st_dev, info.st_ino))
+            except OSError:
+                ids.append(None)
+        return ids
+
+    def _watch_again_if_replaced(self) -> list[bool]:
+        """A watched folder replaced or recreated: watch the new one, and rescan, since
+        what changed in between made no event here. [True] when it was."""
+        now = self._folder_ids()
+        if now == self._watched or None in now:
+            return []
+        log.warning("a watched folder was replaced; watching the new one")
+        old, self.observer = self.observer, self._start_observer()
+        self._watched = now
+        if old is not None:
+            old.stop()
+            old.join(timeout=5)
+        self.rescan_soon("a watched folder was replaced")
+        return [True]
 
     def stop(self) -> None:
         for name in OVERFLOW_LOGGERS:
@@ -258,6 +290,7 @@ class SyncWatcher:
         data_version = self._data_version()
         next_rescan = self._next_rescan()
         next_poll = time.monotonic() + DB_POLL_SECONDS
+        next_folder_check = time.monotonic() + FOLDER_CHECK_SECONDS
         while not self._stop.is_set():
             with self._lock:
                 if self._rescan_now:
@@ -269,6 +302,9 @@ class SyncWatcher:
                 due = [agent for agent, (at, _) in self._due.items() if at <= now]
                 for agent in due:
                     del self._due[agent]
+            if now >= next_folder_check:
+                next_folder_check = now + FOLDER_CHECK_SECONDS
+                self._pass(self._watch_again_if_replaced)
             if now >= next_poll:
                 next_poll = now + DB_POLL_SECONDS
                 version = self._data_version()
