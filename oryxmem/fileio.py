@@ -18,6 +18,7 @@ import logging
 import os
 import stat
 import threading
+import time
 import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -132,6 +133,22 @@ def current_umask() -> int:
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
+
+
+def wait_until_quiet(path: Path, quiet: float, patience: float) -> FileStat | None:
+    """Wait (at most ``patience`` s) until nothing has written the file for ``quiet`` s:
+    an editor that truncates it and writes it again in small pieces may be mid-way.
+    Returns its stat then (None: no file)."""
+    deadline = time.monotonic() + patience
+    while True:
+        try:
+            info = os.lstat(path)
+        except FileNotFoundError:
+            return None
+        age = time.time() - info.st_mtime
+        if age >= quiet or time.monotonic() >= deadline:
+            return FileStat.of(info)
+        time.sleep(min(quiet - age, max(deadline - time.monotonic(), 0.0)) + 0.001)
 
 
 def atomic_write(
@@ -271,6 +288,7 @@ class FileLock:
         self.lock_path = lock_path
         self._thread_lock = threading.Lock()
         self._fd: int | None = None
+        self._stamp_fd: int | None = None
 
     def _open(self) -> int:
         if self._fd is None:
@@ -308,10 +326,37 @@ class FileLock:
         assert self._fd is not None, "hold the lock first"
         os.pwrite(self._fd, b"-", 0)
 
+    def note_written(self, key: FileStat) -> None:
+        """Say which file this lock's writers left last (in a sidecar of the lock file):
+        a writer that takes the lock is done when it lets go; one that does not (an
+        editor) may be at work still, and is told apart by this."""
+        assert self._fd is not None, "hold the lock first"
+        if self._stamp_fd is None:
+            self._stamp_fd = open_regular(
+                self.lock_path.with_suffix(".written"), os.O_RDWR | os.O_CREAT, one_link=True
+            )
+        os.pwrite(self._stamp_fd, f"{' '.join(map(str, key))}\n".encode().ljust(80), 0)
+
+    def last_written(self) -> FileStat | None:
+        """The file a writer of this lock left last, if it said (see note_written)."""
+        if self._stamp_fd is None:
+            try:
+                self._stamp_fd = open_regular(self.lock_path.with_suffix(".written"), os.O_RDWR)
+            except FileNotFoundError:
+                return None
+        fields = os.pread(self._stamp_fd, 80, 0).split()
+        try:
+            return FileStat(*map(int, fields)) if len(fields) == 4 else None
+        except ValueError:
+            return None
+
     def close(self) -> None:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+        if self._stamp_fd is not None:
+            os.close(self._stamp_fd)
+            self._stamp_fd = None
 
 
 class AppendHandle:

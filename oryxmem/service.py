@@ -337,6 +337,8 @@ class MemoryService:
         except OryxError as error:
             batch.outcomes = [error] * len(requests)
             return batch
+        if batch.store.written_by_others_lately():  # this write will wait for quiet:
+            self.mirror_saves()  # what was saved before is in the rows first, whatever comes
         for index, request in enumerate(requests):
             try:
                 batch.prepared.append((index, batch.store.prepare(request.content, request.scope)))

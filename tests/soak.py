@@ -117,6 +117,7 @@ class Soak:
             (4, self.human_edit_in_place),
             (3, self.human_delete),
             (2, self.delete_file_and_restore),
+            (2, self.slow_editor_while_saving),
             (4, self.stale_buffer),
             (3, self.git_checkout_and_back),
             (6, self.sql_insert),
@@ -297,6 +298,40 @@ class Soak:
         ]
         self.write_by_rename(self.path(agent), "".join(kept))
         del self.model.human[content], self.model.must[content]
+
+    def slow_editor_while_saving(self) -> None:
+        """An editor that truncates MEMORY.md and writes it again in small pieces, while
+        an agent saves to the same file: every typed line and every save stays."""
+        self.quiet()
+        agent = self.rng.choice(AGENTS)
+        path = self.path(agent)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        data = self._edited(agent, self.file_text(agent)).encode("utf-8")
+        if not path.exists():
+            path.write_text("", encoding="utf-8")
+
+        acked: dict[str, str] = {}
+
+        def agent_saves() -> None:
+            with Client(self.daemon.socket if self.daemon else "", timeout=30) as client:
+                for n in range(6):
+                    with self._lock:
+                        content = self.fresh("during-edit")
+                    scope = "core" if n % 2 else "archival"
+                    client.save(agent or None, content, scope)
+                    acked[content] = agent
+                    time.sleep(0.02)
+
+        saver = Background(agent_saves)
+        with open(path, "r+b") as editor:
+            editor.truncate(0)
+            saver.start()
+            for at in range(0, len(data), 48):
+                editor.write(data[at : at + 48])
+                editor.flush()
+                time.sleep(0.01)
+        saver.join()
+        self.model.must.update(acked)
 
     def delete_file_and_restore(self) -> None:
         """`rm MEMORY.md` that stays deleted: its entries leave the rows; the file put

@@ -626,3 +626,62 @@ def test_a_memory_md_that_stays_deleted_takes_its_entries_out_of_the_rows(
     path.write_text(kept)
     wait_for_rows(workspace, "gone", ["alpha", "beta"])
     assert healthy(running)["memory_thread_alive"] is True
+
+
+def test_an_editor_rewriting_in_place_in_small_writes_while_an_agent_saves_loses_nothing(
+    running: RunningDaemon, workspace: Workspace
+) -> None:
+    """C7: the daemon read the half-written file and replaced it by rename; the editor's
+    later writes went to the orphaned inode: the user's new line vanished."""
+    for n in range(3):
+        assert save_to(running, "ed", f"before {n}")[0] == 200
+    path = workspace.memory_path("ed")
+    text = path.read_text() + "".join(f"- [2026-07-22 09:30:00] typed {n}\n" for n in range(20))
+    text = (
+        text.replace(
+            "## 归档记忆\n", "## 核心记忆\n- [2026-07-22 09:30:00] typed core\n\n## 归档记忆\n", 1
+        )
+        if "## 核心记忆" not in text
+        else text
+    )
+    saved: list[str] = []
+    stop = threading.Event()
+
+    def agent_saves() -> None:
+        from oryxmem.client import Client
+
+        with Client(running.socket) as client:
+            n = 0
+            while not stop.is_set():
+                scope = "core" if n % 2 else "archival"  # a core save is not at the end
+                client.save("ed", f"during {n}", scope)
+                saved.append(f"during {n}")
+                n += 1
+                time.sleep(0.03)
+
+    saver = threading.Thread(target=agent_saves)
+    saver.start()
+    try:
+        data = text.encode()
+        with open(path, "r+b") as editor:  # truncate, then write it again in pieces
+            editor.truncate(0)
+            for at in range(0, len(data), 64):
+                editor.write(data[at : at + 64])
+                editor.flush()
+                time.sleep(0.02)
+    finally:
+        time.sleep(0.5)
+        stop.set()
+        saver.join()
+    deadline = time.monotonic() + 20
+    while True:
+        final = path.read_text()
+        missing = [f"typed {n}" for n in range(20) if f"] typed {n}\n" not in final]
+        missing += [s for s in saved if f"] {s}\n" not in final]
+        if not missing or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert missing == [], final
+    assert run_cli("sync", "--check").returncode == 0
+    for line in final.splitlines():  # no stray fragment of a half-written line
+        assert line == "" or line.startswith(("## ", "- [")), final

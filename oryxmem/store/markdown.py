@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +29,7 @@ from oryxmem.fileio import (
     remove_stale_temp_files,
     repair_torn_append,
     retry_on_change,
+    wait_until_quiet,
 )
 from oryxmem.store.base import LongTermMemoryStore, MemorySnapshot, StoreLimits, StoreResources
 from oryxmem.store.format import (
@@ -50,6 +52,12 @@ QUIET_REPAIRS = ("complete", "nothing written")
 # How often a save reads the file again when another writer keeps changing it, and
 # how often a read starts over when the file changes while it is being read.
 SAVE_ATTEMPTS = 20
+# A file someone else wrote is written (appended to, or replaced) only once nothing has
+# written it for QUIET_SECONDS, waiting at most QUIET_PATIENCE: an editor that truncates
+# and writes again in pieces would write over an append, or into the inode a rename
+# orphans.
+QUIET_SECONDS = 0.3
+QUIET_PATIENCE = 3.0
 READ_ATTEMPTS = 20
 
 
@@ -197,6 +205,17 @@ class MarkdownMemoryStore(LongTermMemoryStore):
 
     # --- for callers that hold the lock across a longer operation (sync) ------
 
+    def written_by_others_lately(self) -> bool:
+        """Did someone else write the file less than QUIET_SECONDS ago (so a write now
+        waits for it to be quiet)?"""
+        stat = file_stat(self.path)
+        if stat is None or stat == self.written_key:
+            return False
+        with self.lock.hold():
+            if stat == self.lock.last_written():
+                return False  # another oryxmem process: done when it let go of the lock
+        return time.time() - stat.mtime_ns / 1e9 < QUIET_SECONDS
+
     def forget(self) -> None:
         """Drop the parsed copy: the next read parses the file again."""
         self._cached = None
@@ -246,6 +265,12 @@ class MarkdownMemoryStore(LongTermMemoryStore):
         if not (additions or removals):
             return added
         key = cached.key
+        # Someone else wrote it last (an editor, git)? One that truncated it and is writing
+        # it again in pieces is at work still: a rename now would leave it writing into
+        # the replaced inode, an append would be written over. So: once it is quiet.
+        others = key is not None and key != self.written_key and key != self.lock.last_written()
+        if others and wait_until_quiet(self.path, QUIET_SECONDS, QUIET_PATIENCE) != key:
+            raise ConcurrentChange(self.path)  # it moved: read and plan again
         tail = append_at_end(cached.doc, additions) if key and not removals else None
         if key is None or tail is None:
             self._rewrite_locked(cached, additions, removals)
@@ -253,6 +278,7 @@ class MarkdownMemoryStore(LongTermMemoryStore):
         info = append_durably(self._appender, key.inode, tail.encode(), self.lock, key.size)
         record_appended_many(cached.doc, tail, added)
         cached.key = self.written_key = FileStat.of(info)
+        self.lock.note_written(self.written_key)
         return added
 
     def _rewrite_locked(
@@ -273,6 +299,7 @@ class MarkdownMemoryStore(LongTermMemoryStore):
         self._appender.close()  # it holds the inode just replaced
         self._cached = _Cached(FileStat.of(info), parse(text))
         self.written_key = FileStat.of(info)
+        self.lock.note_written(self.written_key)
 
     def clean_temp_files(self) -> list[Path]:
         with self.lock.hold():
