@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from conftest import run_cli
 from daemonhelp import RunningDaemon, daemon
+from synchelp import sql
 
 from oryxmem.daemon import worker as worker_module
 from oryxmem.daemon.worker import MemoryWorker
@@ -34,6 +35,14 @@ FOUR_BYTE = "%F0%A0%80%80"  # U+20000, a CJK letter of four bytes in UTF-8
 def running(workspace: Workspace, tmp_path: Path) -> Iterator[RunningDaemon]:
     with daemon(workspace, tmp_path / "daemon.log") as proc:
         yield proc
+
+
+def eventually(workspace: Workspace, statement: str, expected: str, seconds: float) -> None:
+    """Until the sqlite3 shell's answer to statement is expected (fails after seconds)."""
+    deadline = time.monotonic() + seconds
+    while (got := sql(workspace, statement).strip()) != expected:
+        assert time.monotonic() < deadline, f"{statement!r} gave {got!r}, not {expected!r}"
+        time.sleep(0.1)
 
 
 def healthy(running: RunningDaemon) -> dict[str, Any]:
@@ -278,23 +287,8 @@ def test_a_save_is_acknowledged_at_once_while_another_program_holds_the_database
         holder.wait(timeout=30)
     assert max(took) < 1.5, took
     assert "during 4" in workspace.memory_path("busy").read_text()
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:  # the rows catch up once the lock is gone
-        rows = subprocess.run(
-            [
-                "sqlite3",
-                "-cmd",
-                ".timeout 5000",
-                str(workspace.db_path),
-                "SELECT count(*) FROM memory_entries WHERE agent = 'busy'",
-            ],
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-        if rows == "6":
-            break
-        time.sleep(0.2)
-    assert rows == "6"
+    # the rows catch up once the lock is gone
+    eventually(workspace, "SELECT count(*) FROM memory_entries WHERE agent = 'busy'", "6", 30)
 
 
 def test_a_socket_of_another_workspace_is_refused_not_written_to(
@@ -469,32 +463,12 @@ def test_a_row_with_agent_dot_dot_slash_x_is_quarantined_within_seconds(
     running: RunningDaemon, workspace: Workspace
 ) -> None:
     """It stayed a plain row for 39 s (until a rescan); other bad rows took 3 s."""
-    sql = "INSERT INTO memory_entries(agent, content) VALUES ('../x', 'escape'), ('ok', 'fine')"
-    subprocess.run(["sqlite3", "-cmd", ".timeout 5000", str(workspace.db_path), sql], check=True)
-    started = time.monotonic()
-    while time.monotonic() - started < 5:
-        left = subprocess.run(
-            [
-                "sqlite3",
-                "-cmd",
-                ".timeout 5000",
-                str(workspace.db_path),
-                "SELECT count(*) FROM memory_entries WHERE agent = '../x'",
-            ],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        if left == "0":
-            break
-        time.sleep(0.1)
-    assert left == "0", "still a plain row after 5 s"
-    kept = subprocess.run(
-        ["sqlite3", str(workspace.db_path), "SELECT count(*) FROM memory_quarantine"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
+    sql(
+        workspace,
+        "INSERT INTO memory_entries(agent, content) VALUES ('../x', 'escape'), ('ok', 'fine')",
+    )
+    eventually(workspace, "SELECT count(*) FROM memory_entries WHERE agent = '../x'", "0", 5)
+    kept = sql(workspace, "SELECT count(*) FROM memory_quarantine").strip()
     assert kept == "1"
     assert not (workspace.root / ".oryxos" / "x").exists()
     assert healthy(running)["memory_thread_alive"] is True
@@ -558,48 +532,18 @@ def test_a_replaced_agents_folder_is_watched_again(
     path = workspace.memory_path("moved")
     with open(path, "a", encoding="utf-8") as handle:
         handle.write("- [2026-07-22 09:30:00] typed after the move\n")
-    started = time.monotonic()
-    while time.monotonic() - started < 10:
-        found = subprocess.run(
-            [
-                "sqlite3",
-                "-cmd",
-                ".timeout 5000",
-                str(workspace.db_path),
-                "SELECT count(*) FROM memory_entries WHERE content = 'typed after the move'",
-            ],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        if found == "1":
-            break
-        time.sleep(0.1)
-    assert found == "1", "the edit did not reach the rows within 10 s"
+    eventually(
+        workspace,
+        "SELECT count(*) FROM memory_entries WHERE content = 'typed after the move'",
+        "1",
+        10,
+    )
     assert healthy(running)["watcher_alive"] is True
 
 
-def row_contents(workspace: Workspace, agent: str) -> list[str]:
-    out = subprocess.run(
-        [
-            "sqlite3",
-            "-cmd",
-            ".timeout 5000",
-            str(workspace.db_path),
-            f"SELECT content FROM memory_entries WHERE agent = '{agent}' ORDER BY content",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    return out.split()
-
-
 def wait_for_rows(workspace: Workspace, agent: str, expected: list[str]) -> None:
-    deadline = time.monotonic() + 15
-    while (got := row_contents(workspace, agent)) != expected:
-        assert time.monotonic() < deadline, got
-        time.sleep(0.1)
+    statement = f"SELECT group_concat(content, ' ') FROM (SELECT content FROM memory_entries WHERE agent = '{agent}' ORDER BY content)"
+    eventually(workspace, statement, " ".join(expected), 15)
 
 
 @pytest.mark.parametrize("how", ["rm MEMORY.md", "rm -r the folder"])
