@@ -323,11 +323,12 @@ class Soak:
                     time.sleep(0.02)
 
         saver = Background(agent_saves)
+        piece = max(48, len(data) // 30)  # about 30 writes: a human-sized file's save
         with open(path, "r+b") as editor:
             editor.truncate(0)
             saver.start()
-            for at in range(0, len(data), 48):
-                editor.write(data[at : at + 48])
+            for at in range(0, len(data), piece):
+                editor.write(data[at : at + piece])
                 editor.flush()
                 time.sleep(0.01)
         saver.join()

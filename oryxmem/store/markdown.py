@@ -57,7 +57,7 @@ SAVE_ATTEMPTS = 20
 # and writes again in pieces would write over an append, or into the inode a rename
 # orphans.
 QUIET_SECONDS = 0.3
-QUIET_PATIENCE = 3.0
+QUIET_PATIENCE = 1.0  # in all, for one spell of someone else's writing: then write anyway
 READ_ATTEMPTS = 20
 
 
@@ -88,6 +88,7 @@ class MarkdownMemoryStore(LongTermMemoryStore):
         # The stat of the file as our own last write left it: a file event whose file
         # still has exactly this stat is the echo of that write, not news.
         self.written_key: FileStat | None = None
+        self._waiting_since: float | None = None  # when a wait for an editor began
 
     @classmethod
     def for_agent(cls, agent: str, resources: StoreResources) -> MarkdownMemoryStore:
@@ -269,8 +270,13 @@ class MarkdownMemoryStore(LongTermMemoryStore):
         # it again in pieces is at work still: a rename now would leave it writing into
         # the replaced inode, an append would be written over. So: once it is quiet.
         others = key is not None and key != self.written_key and key != self.lock.last_written()
-        if others and wait_until_quiet(self.path, QUIET_SECONDS, QUIET_PATIENCE) != key:
-            raise ConcurrentChange(self.path)  # it moved: read and plan again
+        if others:
+            now = time.monotonic()
+            if self._waiting_since is None or now - self._waiting_since > 10 * QUIET_PATIENCE:
+                self._waiting_since = now  # a new spell: the patience is for all its retries
+            patience = self._waiting_since + QUIET_PATIENCE - now
+            if patience > 0 and wait_until_quiet(self.path, QUIET_SECONDS, patience) != key:
+                raise ConcurrentChange(self.path)  # it moved: read and plan again
         tail = append_at_end(cached.doc, additions) if key and not removals else None
         if key is None or tail is None:
             self._rewrite_locked(cached, additions, removals)
@@ -279,6 +285,7 @@ class MarkdownMemoryStore(LongTermMemoryStore):
         record_appended_many(cached.doc, tail, added)
         cached.key = self.written_key = FileStat.of(info)
         self.lock.note_written(self.written_key)
+        self._waiting_since = None
         return added
 
     def _rewrite_locked(
@@ -300,6 +307,7 @@ class MarkdownMemoryStore(LongTermMemoryStore):
         self._cached = _Cached(FileStat.of(info), parse(text))
         self.written_key = FileStat.of(info)
         self.lock.note_written(self.written_key)
+        self._waiting_since = None
 
     def clean_temp_files(self) -> list[Path]:
         with self.lock.hold():
