@@ -624,13 +624,19 @@ class MemoryService:
         if stat is not None and not rows.is_settled(self.db, agent, stat):
             self.sync_engine().reconcile_agent(agent)
 
+    @property
+    def recall_ranks(self) -> bool:
+        """Does recall answer by meaning and words, best first (memory.recall = hybrid),
+        rather than every entry holding the keyword, oldest first?"""
+        return bool(self.config.get("memory.recall") == "hybrid")
+
     def recall(self, agent: str | None, keyword: str) -> RecallResult:
         """What recall_memory answers: memory.recall says hybrid (the best entries for the
         question, by meaning and words, best first) or keyword (DESIGN section 4)."""
         fold_keyword(keyword)  # an empty keyword is the same error either way
         if has_lone_surrogate(keyword):
             raise InvalidContentError("the keyword holds a lone surrogate (not Unicode)")
-        if self.config.get("memory.recall") == "hybrid":
+        if self.recall_ranks:
             return self.recall_by_meaning(agent, keyword)
         ref = self.resolve(agent)
         entries = self._recall_from_rows(ref.agent, keyword)

@@ -105,7 +105,7 @@ class RecallArgs:
 
     def ranks(self, service: MemoryService) -> bool:
         """Is the answer ranked (so the daemon finds it on a reader thread)?"""
-        return self.by_meaning or service.config.get("memory.recall") == "hybrid"
+        return self.by_meaning or service.recall_ranks
 
     def answer(self, service: MemoryService, agent: str | None) -> dict[str, Any]:
         if self.by_meaning:

@@ -15,6 +15,7 @@ import anyio
 from conftest import MCP_INITIALIZE, run_cli, run_offline
 from daemonhelp import daemon
 from mcp import Client, StdioServerParameters
+from synchelp import sql
 
 from oryxmem.agents.mcp import RESULT_CHARS, MemoryTools, build_server
 from oryxmem.reach import Reach
@@ -282,3 +283,21 @@ def test_the_mcp_server_runs_with_no_network_and_connects_nowhere(workspace: Wor
         "print('offline ok')\n"
     )
     assert run_offline(script, workspace.root).strip() == "offline ok"
+
+
+def test_a_server_started_before_the_daemon_finds_it_on_the_next_call(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    """With no daemon the stores answer; once one runs, the next call goes to it (its
+    history says socket, not mcp), with no restart of the MCP server."""
+
+    async def before_and_after(client: Client) -> None:
+        await client.call_tool("save_memory", {"content": "saved alone"})
+        with daemon(workspace, tmp_path / "d.log"):
+            await client.call_tool("save_memory", {"content": "saved through the daemon"})
+
+    in_process(workspace, "late", before_and_after)
+    sources = sql(
+        workspace, "SELECT content, source FROM memory_history WHERE agent = 'late' ORDER BY id"
+    ).split()
+    assert sources == ["saved", "alone|mcp", "saved", "through", "the", "daemon|socket"]

@@ -48,6 +48,8 @@ def page(lines: list[str], offset: int, tool: str, empty: str, limit: int = RESU
         raise ToolError("offset must be 0 or more")
     if not lines:
         return empty
+    if offset >= len(lines):
+        return f"(nothing from offset {offset}: there are {len(lines)} lines)"
     shown: list[str] = []
     size = 0
     for line in lines[offset:]:
@@ -56,8 +58,6 @@ def page(lines: list[str], offset: int, tool: str, empty: str, limit: int = RESU
         shown.append(line[: limit - 120])
         size += len(shown[-1]) + 1
     end = offset + len(shown)
-    if offset >= len(lines):
-        return f"(nothing from offset {offset}: there are {len(lines)} lines)"
     if offset == 0 and end == len(lines):
         return "\n".join(shown)
     footer = f"(lines {offset + 1}-{end} of {len(lines)}"

@@ -257,11 +257,6 @@ async def ranked(
     return await asyncio.wrap_future(request.app[READERS].call(work))
 
 
-def ranks(request: web.Request) -> bool:
-    """Does recall answer by meaning and words (memory.recall = hybrid)?"""
-    return bool(request.app[WORKER].service.config.get("memory.recall") == "hybrid")
-
-
 async def run_for(request: web.Request, ref: AgentRef, work: Callable[[MemoryService], Any]) -> Any:
     """run() for the agent named in the URL, once its folder is found safe."""
 
@@ -314,7 +309,8 @@ async def recall(request: web.Request) -> Any:
     def answer(service: MemoryService) -> dict[str, Any]:
         return recall_data(service.recall(ref.agent, keyword))
 
-    return await (ranked if ranks(request) else run_for)(request, ref, answer)
+    ranks = request.app[WORKER].service.recall_ranks
+    return await (ranked if ranks else run_for)(request, ref, answer)
 
 
 async def search(request: web.Request) -> Any:

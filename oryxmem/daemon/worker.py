@@ -167,9 +167,7 @@ class MemoryWorker:
     def alive(self) -> bool:
         """The thread runs and no job has held it for STUCK_SECONDS (a thread stuck on a
         system call answers nothing: better the watchdog has systemd restart us)."""
-        busy = self._busy_since
-        stuck = busy is not None and time.monotonic() - busy > STUCK_SECONDS
-        return self._thread.is_alive() and not stuck
+        return self._thread.is_alive() and self.busy_seconds <= STUCK_SECONDS
 
     @property
     def busy_seconds(self) -> float:

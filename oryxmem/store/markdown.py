@@ -213,9 +213,14 @@ class MarkdownMemoryStore(LongTermMemoryStore):
         if stat is None or stat == self.written_key:
             return False
         with self.lock.hold():
-            if stat == self.lock.last_written():
-                return False  # another oryxmem process: done when it let go of the lock
-        return time.time() - stat.mtime_ns / 1e9 < QUIET_SECONDS
+            others = self._written_by_others(stat)
+        return others and time.time() - stat.mtime_ns / 1e9 < QUIET_SECONDS
+
+    def _written_by_others(self, key: FileStat | None) -> bool:
+        """Is this file as someone else left it (an editor, git)? Not as this process's
+        last write left it, nor as another oryxmem process did (it notes what it left,
+        and is done when it lets go of the lock); the caller holds the lock."""
+        return key is not None and key != self.written_key and key != self.lock.last_written()
 
     def forget(self) -> None:
         """Drop the parsed copy: the next read parses the file again."""
@@ -269,8 +274,7 @@ class MarkdownMemoryStore(LongTermMemoryStore):
         # Someone else wrote it last (an editor, git)? One that truncated it and is writing
         # it again in pieces is at work still: a rename now would leave it writing into
         # the replaced inode, an append would be written over. So: once it is quiet.
-        others = key is not None and key != self.written_key and key != self.lock.last_written()
-        if others:
+        if self._written_by_others(key):
             now = time.monotonic()
             if self._waiting_since is None or now - self._waiting_since > 10 * QUIET_PATIENCE:
                 self._waiting_since = now  # a new spell: the patience is for all its retries
