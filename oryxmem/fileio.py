@@ -135,10 +135,51 @@ def current_umask() -> int:
     return mask
 
 
+def written_in_place_elsewhere(info: os.stat_result) -> bool:
+    """Does another process hold this file open to write at its own offset (O_WRONLY or
+    O_RDWR without O_APPEND), as an editor writing it again in pieces does? Such a writer
+    would write over an append, or into the inode a rename orphans; one with O_APPEND
+    (``>>``, oryxmem itself) only adds at the end. Asks /proc: where there is none, or a
+    process is not ours to look at, that process is not seen (the quiet time still is)."""
+    target = (info.st_dev, info.st_ino)
+    me = str(os.getpid())
+    try:
+        pids = [pid for pid in os.listdir("/proc") if pid.isdigit() and pid != me]
+    except OSError:
+        return False
+    for pid in pids:
+        fds = f"/proc/{pid}/fd"
+        try:
+            names = os.listdir(fds)
+        except OSError:
+            continue  # gone, or not ours
+        for name in names:
+            try:
+                held = os.stat(f"{fds}/{name}")
+            except OSError:
+                continue
+            if (held.st_dev, held.st_ino) == target and _writes_in_place(pid, name):
+                return True
+    return False
+
+
+def _writes_in_place(pid: str, fd: str) -> bool:
+    try:
+        with open(f"/proc/{pid}/fdinfo/{fd}", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("flags:"):
+                    flags = int(line.split()[1], 8)
+                    return flags & os.O_ACCMODE != os.O_RDONLY and not flags & os.O_APPEND
+    except (OSError, ValueError):
+        pass  # closed meanwhile
+    return False
+
+
 def wait_until_quiet(path: Path, quiet: float, patience: float) -> FileStat | None:
-    """Wait (at most ``patience`` s) until nothing has written the file for ``quiet`` s:
-    an editor that truncates it and writes it again in small pieces may be mid-way.
-    Returns its stat then (None: no file)."""
+    """Wait (at most ``patience`` s) until nothing has written the file for ``quiet`` s
+    and no other process holds it open to write in place: an editor that truncates it
+    and writes it again in small pieces may be mid-way. Returns its stat then (None: no
+    file)."""
     deadline = time.monotonic() + patience
     while True:
         try:
@@ -146,9 +187,20 @@ def wait_until_quiet(path: Path, quiet: float, patience: float) -> FileStat | No
         except FileNotFoundError:
             return None
         age = time.time() - info.st_mtime
-        if age >= quiet or time.monotonic() >= deadline:
+        left = deadline - time.monotonic()
+        if left <= 0 or (age >= quiet and not written_in_place_elsewhere(info)):
             return FileStat.of(info)
-        time.sleep(min(quiet - age, max(deadline - time.monotonic(), 0.0)) + 0.001)
+        time.sleep(min(max(quiet - age, 0.02), left) + 0.001)
+
+
+def is_being_written(path: Path, quiet: float) -> bool:
+    """Has someone written the file less than ``quiet`` s ago, or does another process
+    hold it open to write in place (see wait_until_quiet)?"""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    return time.time() - info.st_mtime < quiet or written_in_place_elsewhere(info)
 
 
 def atomic_write(

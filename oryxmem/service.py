@@ -327,6 +327,15 @@ class MemoryService:
         self.mirror_saves(indexes_follow=True)
         return batch
 
+    def being_written(self, ref: AgentRef) -> bool:
+        """Is another program at work on this agent's MEMORY.md (an editor writing it
+        again in place)? A save to it now would wait until it is done."""
+        try:
+            self.check_folder(ref)
+            return self.files.get(ref.agent).being_written_by_others()
+        except (OryxError, OSError):
+            return False  # the save itself says what is wrong
+
     def prepare_batch(self, ref: AgentRef, requests: Sequence[SaveRequest]) -> SaveBatch:
         """Check and stamp each save; those refused get their error as their outcome."""
         batch = SaveBatch(ref, requests, [None] * len(requests))
@@ -337,7 +346,7 @@ class MemoryService:
         except OryxError as error:
             batch.outcomes = [error] * len(requests)
             return batch
-        if batch.store.written_by_others_lately():  # this write will wait for quiet:
+        if batch.store.being_written_by_others():  # this write will wait for quiet:
             self.mirror_saves()  # what was saved before is in the rows first, whatever comes
         for index, request in enumerate(requests):
             try:

@@ -629,3 +629,41 @@ def test_an_editor_rewriting_in_place_in_small_writes_while_an_agent_saves_loses
     assert run_cli("sync", "--check").returncode == 0
     for line in final.splitlines():  # no stray fragment of a half-written line
         assert line == "" or line.startswith(("## ", "- [")), final
+
+
+def test_an_editor_pausing_mid_rewrite_with_the_file_open_is_never_written_over(
+    running: RunningDaemon, workspace: Workspace
+) -> None:
+    """C7: an editor that stops for longer than the quiet time halfway through writing the
+    file again (the machine is busy) had an append land where its next write went: a
+    torn line, or bytes that were not UTF-8. While another program holds the file open
+    to write in place, a save to it is put off; saves to other agents are not held up."""
+    assert save_to(running, "slow", "before")[0] == 200
+    path = workspace.memory_path("slow")
+    data = (path.read_text() + "- [2026-07-22 09:30:00] typed é line\n").encode()
+    answered: dict[str, float] = {}
+
+    def save_timed(agent: str, content: str) -> None:
+        began = time.monotonic()
+        assert save_to(running, agent, content)[0] == 200
+        answered[content] = time.monotonic() - began
+
+    with open(path, "r+b") as editor:
+        editor.truncate(0)
+        editor.write(data[: len(data) - 9])  # stops mid-line, mid-character
+        editor.flush()
+        time.sleep(0.4)  # longer than the quiet time
+        slow = threading.Thread(target=save_timed, args=("slow", "during the pause"))
+        slow.start()
+        time.sleep(0.2)
+        save_timed("other", "elsewhere")  # not held up by the put-off save
+        time.sleep(0.6)
+        assert slow.is_alive()  # put off while the editor holds the file
+        editor.write(data[len(data) - 9 :])
+    slow.join(timeout=15)
+    assert answered["elsewhere"] < 0.5, answered
+    final = path.read_text(encoding="utf-8")
+    assert "] typed é line\n" in final and "] during the pause\n" in final, final
+    for line in final.splitlines():
+        assert line == "" or line.startswith(("## ", "- [")), final
+    healthy(running)

@@ -8,6 +8,7 @@ import stat
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -243,3 +244,31 @@ def test_an_append_never_goes_to_a_file_replaced_since_it_was_read(tmp_path: Pat
             store.edit_locked([NewEntry("archival", TS, "second")], (), based_on=read)
         assert store.path.read_bytes() == before
     assert [e.content for e in store.entries()[1]] == ["from the other branch"]
+
+
+def test_what_an_editor_writes_into_the_inode_a_rewrite_replaced_is_merged_back(
+    tmp_path: Path,
+) -> None:
+    """An editor holding MEMORY.md open, writing it again in place, for longer than a save
+    waits: the save's rewrite (a core entry) replaces the file, the editor's later writes
+    go to the orphaned inode, and are merged back once it is quiet."""
+    store = open_store(tmp_path)
+    store.append("old line")
+    path = store.path
+    full = path.read_text() + "- [2026-07-22 09:30:00] typed after the save\n"
+    cut = full.index("- [2026-07-22 09:30:00] typed")
+    with open(path, "r+b") as editor:
+        editor.truncate(0)
+        editor.write(full[:cut].encode())
+        editor.flush()
+        store.append("saved meanwhile", CORE)  # waits for quiet, then rewrites
+        editor.write(full[cut:].encode())  # into the replaced inode
+    assert "typed after the save" not in path.read_text()
+    deadline = time.monotonic() + 5
+    while not store.merge_orphans():
+        assert time.monotonic() < deadline, "the orphan was never merged"
+        time.sleep(0.05)
+    text = path.read_text()
+    assert "] typed after the save\n" in text and "] saved meanwhile\n" in text, text
+    assert "] old line\n" in text
+    assert any("merged back" in notice for notice in store.take_repairs())

@@ -38,6 +38,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from oryxmem.errors import DaemonUnavailableError, OryxError, log_failure
@@ -58,6 +59,11 @@ MIRROR_IDLE_SECONDS = 0.002
 MIRROR_MAX_AGE_SECONDS = 0.25
 INDEX_IDLE_SECONDS = 0.05  # quiet time before the indexes take another batch
 INDEX_MAX_LAG_SECONDS = 1.0  # under load, how long the keyword index may trail the rows
+# Saves to a MEMORY.md another program is writing (an editor writing it again in place)
+# are put off, looked at again every DEFER_POLL_SECONDS, and written once it is done or
+# after DEFER_PATIENCE_SECONDS whatever it does; meanwhile the thread serves the rest.
+DEFER_POLL_SECONDS = 0.05
+DEFER_PATIENCE_SECONDS = 10.0
 
 
 @dataclass
@@ -150,6 +156,8 @@ class MemoryWorker:
         self._indexes_behind = True  # until a catch-up finds nothing to do
         self._busy_since: float | None = None  # when the batch in hand began
         self._indexes_caught_up_at = time.monotonic()
+        self._deferred: dict[str, tuple[float, list[_Save]]] = {}  # agent -> since, saves
+        self._deferred_checked_at = 0.0
 
     def start(self) -> None:
         self._thread.start()
@@ -219,8 +227,9 @@ class MemoryWorker:
 
     def _next_job(self) -> _Save | _Call | None:
         """The next job; mirrors what is pending while the queue is idle or it grows old,
-        and lets the indexes catch up while there is nothing else to do (and at least
-        every INDEX_MAX_LAG_SECONDS while calls keep coming)."""
+        lets the indexes catch up while there is nothing else to do (and at least every
+        INDEX_MAX_LAG_SECONDS while calls keep coming), and writes put-off saves once
+        their file is free."""
         while True:
             if (
                 self._indexes_behind
@@ -232,21 +241,27 @@ class MemoryWorker:
                 wait = min(MIRROR_IDLE_SECONDS, oldest + MIRROR_MAX_AGE_SECONDS - time.monotonic())
             elif self._indexes_behind:
                 wait = INDEX_IDLE_SECONDS
+            elif self._deferred:
+                wait = DEFER_POLL_SECONDS
             else:
                 return self._jobs.get()
+            if self._deferred:
+                wait = min(wait, DEFER_POLL_SECONDS)
             try:
                 return self._jobs.get(timeout=wait) if wait > 0 else self._jobs.get_nowait()
             except queue.Empty:
                 pass
+            self._retry_deferred()
             if oldest is not None:
                 self._mirror()
-            else:
+            elif self._indexes_behind:
                 self._index_step()
 
     def _run(self) -> None:
         while True:
             first = self._next_job()
             if first is None:
+                self._retry_deferred(patience=0.0)  # stopping: write them now
                 self._mirror()
                 return
             batch = [first]
@@ -259,14 +274,18 @@ class MemoryWorker:
                     self._jobs.put(None)  # stop after this batch
                     break
                 batch.append(job)
-            self._busy_since = time.monotonic()
-            try:
-                self._run_batch(batch)
-            except Exception as error:  # fails the requests of this batch, not the thread
-                log_failure(log, "a batch of the memory thread failed", error)
-                _fail(batch, error)
-            finally:
-                self._busy_since = None
+            self._guarded(batch, partial(self._run_batch, batch))
+            self._retry_deferred()
+
+    def _guarded(self, jobs: Sequence[_Save | _Call], work: Callable[[], None]) -> None:
+        self._busy_since = time.monotonic()
+        try:
+            work()
+        except Exception as error:  # fails the requests of this batch, not the thread
+            log_failure(log, "a batch of the memory thread failed", error)
+            _fail(jobs, error)
+        finally:
+            self._busy_since = None
 
     def _run_batch(self, batch: list[_Save | _Call]) -> None:
         saves: dict[str, list[_Save]] = {}
@@ -277,7 +296,37 @@ class MemoryWorker:
                 self._mirror()  # a reader sees every acknowledged save
                 self._run_call(job)
         if saves:
-            self._save_groups(list(saves.values()))
+            self._save_groups(self._not_put_off(list(saves.values())))
+
+    def _not_put_off(self, groups: list[list[_Save]]) -> list[list[_Save]]:
+        """The groups to write now; the others wait (in order) while another program is
+        writing their file: writing now would wait for it, holding up every other save."""
+        ready = []
+        for jobs in groups:
+            agent = jobs[0].ref.agent
+            if agent in self._deferred:
+                self._deferred[agent][1].extend(jobs)  # behind the ones put off before
+            elif self.service.being_written(jobs[0].ref):
+                self._deferred[agent] = (time.monotonic(), jobs)
+            else:
+                ready.append(jobs)
+        return ready
+
+    def _retry_deferred(self, patience: float = DEFER_PATIENCE_SECONDS) -> None:
+        """Write the put-off saves whose file is free now, or that waited ``patience``."""
+        now = time.monotonic()
+        recently = now - self._deferred_checked_at < DEFER_POLL_SECONDS
+        if not self._deferred or (patience and recently):
+            return
+        self._deferred_checked_at = now
+        ready = []
+        for agent, (since, jobs) in list(self._deferred.items()):
+            if now - since >= patience or not self.service.being_written(jobs[0].ref):
+                del self._deferred[agent]
+                ready.append(jobs)
+        if ready:
+            every = [job for jobs in ready for job in jobs]
+            self._guarded(every, partial(self._save_groups, ready))
 
     def _run_call(self, job: _Call) -> None:
         try:

@@ -25,6 +25,7 @@ from oryxmem.fileio import (
     append_durably,
     atomic_write,
     file_stat,
+    is_being_written,
     open_regular,
     remove_stale_temp_files,
     repair_torn_append,
@@ -44,6 +45,7 @@ from oryxmem.store.format import (
     plan_entries,
     record_appended_many,
 )
+from oryxmem.store.orphans import WATCH_SECONDS, Orphan, merge
 from oryxmem.workspace import Workspace
 
 # What a journal replay may find that needs no telling: the append had completed, or
@@ -89,6 +91,7 @@ class MarkdownMemoryStore(LongTermMemoryStore):
         # still has exactly this stat is the echo of that write, not news.
         self.written_key: FileStat | None = None
         self._waiting_since: float | None = None  # when a wait for an editor began
+        self._orphans: list[Orphan] = []  # inodes replaced while an editor may write on
 
     @classmethod
     def for_agent(cls, agent: str, resources: StoreResources) -> MarkdownMemoryStore:
@@ -98,6 +101,8 @@ class MarkdownMemoryStore(LongTermMemoryStore):
 
     def _read_locked(self) -> _Cached:
         """The current parsed file; the caller holds the lock."""
+        if self._orphans:
+            self._merge_orphans_locked()
         intent = self.lock.pending_intent()
         if intent is not None:
             outcome = repair_torn_append(self.path, intent)
@@ -206,15 +211,15 @@ class MarkdownMemoryStore(LongTermMemoryStore):
 
     # --- for callers that hold the lock across a longer operation (sync) ------
 
-    def written_by_others_lately(self) -> bool:
-        """Did someone else write the file less than QUIET_SECONDS ago (so a write now
-        waits for it to be quiet)?"""
+    def being_written_by_others(self) -> bool:
+        """Is someone else (an editor, git) at work on the file: it wrote it less than
+        QUIET_SECONDS ago, or holds it open to write in place? A write now would wait."""
         stat = file_stat(self.path)
         if stat is None or stat == self.written_key:
             return False
         with self.lock.hold():
             others = self._written_by_others(stat)
-        return others and time.time() - stat.mtime_ns / 1e9 < QUIET_SECONDS
+        return others and is_being_written(self.path, QUIET_SECONDS)
 
     def _written_by_others(self, key: FileStat | None) -> bool:
         """Is this file as someone else left it (an editor, git)? Not as this process's
@@ -228,6 +233,9 @@ class MarkdownMemoryStore(LongTermMemoryStore):
 
     def close(self) -> None:
         self._appender.close()
+        for orphan in self._orphans:
+            orphan.close()
+        self._orphans = []
         self.lock.close()
 
     def current_locked(self) -> tuple[MemoryDocument, FileStat | None]:
@@ -300,18 +308,99 @@ class MarkdownMemoryStore(LongTermMemoryStore):
             base = parse(new_file_text())
         else:
             base = cached.doc
-        text = apply_edits(base, additions, removals)
+        self._replace_locked(cached, apply_edits(base, additions, removals), base)
+
+    def _replace_locked(self, cached: _Cached, text: str, base: MemoryDocument) -> None:
+        """Replace the file as read (``cached``) by text planned on ``base``."""
 
         def still_as_read() -> None:
             if file_stat(self.path) != cached.key:
                 raise ConcurrentChange(self.path)
 
-        info = atomic_write(self.path, text.encode("utf-8"), before_replace=still_as_read)
+        # Someone else wrote it last: keep the inode this replaces, to take in what an
+        # editor still writing in place writes into it (store/orphans.py).
+        kept = self._keep_open(cached.key) if self._written_by_others(cached.key) else None
+        try:
+            info = atomic_write(self.path, text.encode("utf-8"), before_replace=still_as_read)
+        except BaseException:
+            if kept is not None:
+                os.close(kept)
+            raise
+        if kept is not None:
+            self._orphans.append(
+                Orphan(
+                    kept,
+                    FileStat.of(os.fstat(kept)),
+                    frozenset(base.entry_lines),
+                    time.monotonic() + WATCH_SECONDS,
+                )
+            )
         self._appender.close()  # it holds the inode just replaced
         self._cached = _Cached(FileStat.of(info), parse(text))
         self.written_key = FileStat.of(info)
         self.lock.note_written(self.written_key)
         self._waiting_since = None
+
+    def _keep_open(self, key: FileStat | None) -> int | None:
+        """An fd on the file as read (``key``), or None when it is not that file now."""
+        try:
+            fd = self._open_to_read()
+        except (OSError, OryxError):
+            return None
+        if key is None or os.fstat(fd).st_ino != key.inode:
+            os.close(fd)
+            return None
+        return fd
+
+    def merge_orphans(self) -> bool:
+        """Take in what editors wrote into inodes this store's rewrites replaced, once each
+        is quiet; True when the file was written."""
+        if not self._orphans:
+            return False
+        with self.lock.hold():
+            return self._merge_orphans_locked()
+
+    def _merge_orphans_locked(self) -> bool:
+        orphans, self._orphans = self._orphans, []
+        merged = False
+        pending = []
+        for orphan in orphans:
+            ready = orphan.ready()
+            if ready is False:
+                pending.append(orphan)
+                continue
+            try:
+                if ready:
+                    merged = self._merge_locked(orphan) or merged
+            finally:
+                orphan.close()
+        self._orphans = pending + self._orphans  # a merge may have left one of its own
+        return merged
+
+    def _merge_locked(self, orphan: Orphan) -> bool:
+        cached = self._read_locked()
+        if not cached.doc.parseable:
+            self._untold.append(
+                f"{self.path}: conflicted; an editor's text left in a file it "
+                "replaced was not merged"
+            )
+            return False
+        result = merge(orphan.text(), orphan.base_ids, cached.doc)
+        if cached.key is not None and cached.key == self.written_key:
+            # As our last write left it: the human's text, with our changes since.
+            if result.text == cached.doc.text:
+                return False
+            self._replace_locked(cached, result.text, cached.doc)
+        else:  # someone wrote it since: only add what they typed that it lacks
+            lacking = [e for e in result.typed if e.entry_id not in cached.doc.entry_lines]
+            if not lacking:
+                return False
+            self._write_locked(cached, lacking, ())
+        self._untold.append(
+            f"{self.path}: merged back what an editor wrote into the file a save had "
+            f"replaced meanwhile ({len(result.typed)} new entries of theirs)"
+        )
+        return True
 
     def clean_temp_files(self) -> list[Path]:
         with self.lock.hold():
@@ -346,6 +435,10 @@ class MarkdownFiles:
                     )
                     self._stores[agent] = store
         return store
+
+    def merge_orphans(self) -> list[str]:
+        """Every store's merge_orphans; the agents whose files were written."""
+        return [agent for agent, store in list(self._stores.items()) if store.merge_orphans()]
 
     def __contains__(self, agent: str) -> bool:
         return agent in self._stores

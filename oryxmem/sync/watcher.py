@@ -305,6 +305,7 @@ class SyncWatcher:
             if now >= next_folder_check:
                 next_folder_check = now + FOLDER_CHECK_SECONDS
                 self._pass(self._watch_again_if_replaced)
+                due += self._pass(self.files.merge_orphans)  # editors' text, taken back in
             if now >= next_poll:
                 next_poll = now + DB_POLL_SECONDS
                 version = self._data_version()
