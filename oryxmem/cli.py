@@ -305,14 +305,17 @@ def show(ctx: Context, agent: str | None, as_json: bool) -> None:
 
 @cli.command()
 @agent_option
+@click.option(
+    "--query", "-q", default=None, help="the user's message: show the entries most relevant to it"
+)
 @json_option
 @pass_context
-def context(ctx: Context, agent: str | None, as_json: bool) -> None:
+def context(ctx: Context, agent: str | None, query: str | None, as_json: bool) -> None:
     """Print the memory block injected into the agent's prompt."""
     agent = ctx.agent(agent)
     data = ctx.call(
-        lambda client: client.context(agent),
-        lambda service: context_data(service, agent),
+        lambda client: client.context(agent, query=query),
+        lambda service: context_data(service, agent, query=query),
     )
     if as_json:
         emit_json(data)

@@ -274,9 +274,14 @@ class Client:
     def memory(self, agent: str | None) -> dict[str, Any]:
         return dict(self.request("GET", f"{self._prefix(agent)}/memory"))
 
-    def context(self, agent: str | None, session: str | None = None) -> dict[str, Any]:
-        query = f"?{urllib.parse.urlencode({'session': session})}" if session else ""
-        return dict(self.request("GET", f"{self._prefix(agent)}/context{query}"))
+    def context(
+        self, agent: str | None, session: str | None = None, query: str | None = None
+    ) -> dict[str, Any]:
+        """The memory block; with ``query`` (the user's message), the archival entries
+        most relevant to it beside the newest."""
+        params = {k: v for k, v in (("session", session), ("query", query)) if v}
+        suffix = f"?{urllib.parse.urlencode(params)}" if params else ""
+        return dict(self.request("GET", f"{self._prefix(agent)}/context{suffix}"))
 
     def trigger(self, agent: str | None, user_message: str, reply: str) -> dict[str, Any]:
         body = {"user_message": user_message, "reply": reply}

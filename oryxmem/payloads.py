@@ -79,6 +79,11 @@ def agents_data(summaries: list[AgentSummary]) -> list[dict[str, Any]]:
     ]
 
 
-def context_data(service: MemoryService, agent: str | None) -> dict[str, Any]:
+def context_data(
+    service: MemoryService,
+    agent: str | None,
+    session: str | None = None,
+    query: str | None = None,
+) -> dict[str, Any]:
     ref = service.resolve(agent)
-    return {**agent_data(ref), "context": service.build_context(ref.agent)}
+    return {**agent_data(ref), "context": service.build_context(ref.agent, session, query)}

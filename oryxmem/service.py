@@ -50,6 +50,7 @@ from oryxmem.index import (
 from oryxmem.index.bm25 import BM25Index
 from oryxmem.index.keyword import KeywordIndex
 from oryxmem.index.vectors import VectorIndex
+from oryxmem.prompt import ArchivalPart, archival_for_query, memory_block, omitted_note
 from oryxmem.registry import BACKENDS
 from oryxmem.search import MODES, POOL, rank
 from oryxmem.store import rows
@@ -57,8 +58,6 @@ from oryxmem.store.base import LongTermMemoryStore, StoreLimits, StoreResources,
 from oryxmem.store.db import BUSY_TIMEOUT_MS, Executes, connect, is_locked, write_transaction
 from oryxmem.store.format import (
     ARCHIVAL,
-    CANONICAL_HEADINGS,
-    CORE,
     Entry,
     has_lone_surrogate,
     new_file_text,
@@ -90,6 +89,8 @@ SEARCH_EMBED_STEPS = 16
 # this close to the question (cosine): a recall of 'ci' in a two-entry memory is not
 # answered with both.
 RECALL_MIN_SIMILARITY = 0.25  # MiniLM: unrelated sentences score about 0.1
+# How many ranked entries a prompt's relevant part is filled from (each taken if it fits).
+RELEVANT_POOL = 60
 
 
 @dataclass(frozen=True)
@@ -705,18 +706,39 @@ class MemoryService:
         markdown = self.files.get(ref.agent).document().text or new_file_text()
         return MemoryView(ref, core, archival, markdown)
 
-    def build_context(self, agent: str | None) -> str:
-        """The memory block of the prompt: core whole, archival cut, both headings always."""
-        snapshot = self.reader(self.resolve(agent)).load()
-        lines = [CANONICAL_HEADINGS[CORE], *(entry.render() for entry in snapshot.core)]
-        lines.append(CANONICAL_HEADINGS[ARCHIVAL])
-        if snapshot.archival.omitted:
-            lines.append(
-                f"({snapshot.archival.omitted} earlier archival entries not shown;"
-                " recall_memory searches all of them)"
+    def build_context(
+        self, agent: str | None, session: str | None = None, query: str | None = None
+    ) -> str:
+        """The memory block of the prompt (prompt.py): core whole, both headings always;
+        archival the newest that fit, or with a query the most relevant beside them."""
+        ref = self.resolve(agent)
+        limit = self.config.archival_limit_chars
+        if query is None or not query.strip():
+            snapshot = self.reader(ref).load()
+            core = snapshot.core
+            part = ArchivalPart(
+                [omitted_note(snapshot.archival.omitted)] if snapshot.archival.omitted else []
             )
-        lines.extend(snapshot.archival.lines)
-        return "\n".join(lines) + "\n"
+            part.lines += snapshot.archival.lines
+        else:
+            core, archival = self.reader(ref).entries()
+            part = archival_for_query(archival, self.relevant_entries(ref, query), limit)
+        return memory_block(core, part)
+
+    def relevant_entries(self, ref: AgentRef, query: str) -> list[Entry]:
+        """The archival entries a hybrid search ranks best for a query (a prompt's
+        relevant part); none when the query has nothing to search by."""
+        try:
+            result = self.search(
+                ref.agent or None,
+                query,
+                limit=RELEVANT_POOL,
+                scope=ARCHIVAL,
+                min_similarity=RECALL_MIN_SIMILARITY,
+            )
+        except (EmptyKeywordError, InvalidContentError):
+            return []
+        return [hit.entry for hit in result.hits]
 
     def agents(self) -> list[AgentSummary]:
         """The global file and every agent directory, with entry counts."""

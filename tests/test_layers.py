@@ -15,7 +15,7 @@ FLOORS: list[tuple[str, ...]] = [
     ("embed",),
     ("store",),
     ("index",),
-    ("backends", "search"),
+    ("backends", "search", "prompt"),
     ("sync",),
     ("service", "payloads", "tools"),
     ("client", "reach"),

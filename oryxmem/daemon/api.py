@@ -345,14 +345,17 @@ async def context(request: web.Request) -> Any:
     ref = path_agent(request)
     session = request.query.get("session")
     turns = _int_query(request, "turns")
+    query = request.query.get("query") or None
 
     def build(service: MemoryService) -> dict[str, Any]:
-        data = context_data(service, ref.agent)
+        data = context_data(service, ref.agent, session, query)
         if session:
             data["history"] = service.history(session, turns)
         return data
 
-    return await run_for(request, ref, build)
+    if query is None:
+        return await run_for(request, ref, build)
+    return await ranked(request, ref, build)  # a search: on a reader thread
 
 
 async def trigger(request: web.Request) -> Any:
