@@ -26,6 +26,7 @@ from oryxmem.payloads import (
     agents_data,
     context_data,
     memory_data,
+    prompt_data,
     recall_data,
     save_data,
     search_data,
@@ -321,6 +322,49 @@ def context(ctx: Context, agent: str | None, query: str | None, as_json: bool) -
         emit_json(data)
     else:
         click.echo("\n".join(map(terminal_line, data["context"].splitlines())))
+
+
+@cli.command()
+@agent_option
+@click.option("--session", default=None, help="Add this session's last turns (block 3).")
+@click.option("--turns", type=int, default=None, help="How many turns (memory.max_history_turns).")
+@click.option(
+    "--query", "-q", default=None, help="the user's message: the memories most relevant to it"
+)
+@click.option(
+    "--part",
+    type=click.Choice(["text", "system", "memory", "tools"]),
+    default="text",
+    show_default=True,
+    help="Print all four blocks, or only the system text, the memory block or the tools.",
+)
+@json_option
+@pass_context
+def prompt(
+    ctx: Context,
+    agent: str | None,
+    session: str | None,
+    turns: int | None,
+    query: str | None,
+    part: str,
+    as_json: bool,
+) -> None:
+    """Print the whole prompt: AGENT.md and USER.md, the memory block, the session's last
+    turns, the tools as JSON Schema."""
+    agent = ctx.agent(agent)
+
+    data = ctx.call(
+        lambda client: client.prompt(agent, session, turns, query),
+        lambda service: prompt_data(service, agent, session, turns, query),
+    )
+    if as_json:
+        emit_json(data)
+        return
+    for note in data["notes"]:
+        click.echo(f"note: {terminal_safe(note)}", err=True)
+    value = data[part]
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, indent=2)
+    click.echo("\n".join(map(terminal_line, text.splitlines())))
 
 
 @cli.command()

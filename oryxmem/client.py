@@ -283,6 +283,25 @@ class Client:
         suffix = f"?{urllib.parse.urlencode(params)}" if params else ""
         return dict(self.request("GET", f"{self._prefix(agent)}/context{suffix}"))
 
+    def prompt(
+        self,
+        agent: str | None,
+        session: str | None = None,
+        turns: int | None = None,
+        query: str | None = None,
+    ) -> dict[str, Any]:
+        """The four-block prompt: as one text ("text") and as parts ("system", "files",
+        "memory", "history", "tools")."""
+        params = {
+            k: str(v) for k, v in (("session", session), ("turns", turns), ("query", query)) if v
+        }
+        suffix = f"?{urllib.parse.urlencode(params)}" if params else ""
+        return dict(self.request("GET", f"{self._prefix(agent)}/prompt{suffix}"))
+
+    def tools(self) -> dict[str, Any]:
+        """The tools' schemas: plain JSON Schema ("tools"), and "openai", "anthropic"."""
+        return dict(self.request("GET", "/api/v1/tools"))
+
     def trigger(self, agent: str | None, user_message: str, reply: str) -> dict[str, Any]:
         body = {"user_message": user_message, "reply": reply}
         return dict(self.request("POST", f"{self._prefix(agent)}/triggers", body))

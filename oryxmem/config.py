@@ -128,6 +128,13 @@ SETTINGS: tuple[Setting, ...] = (
         str,
         "for openai-compatible: the environment variable that holds its API key, if any",
     ),
+    Setting(
+        "prompt.bootstrap_files",
+        "USER.md",
+        str,
+        "files under .oryxos/ that a prompt's first block holds after AGENT.md, comma-separated"
+        " (read only; a missing one is left out)",
+    ),
     Setting("daemon.socket", "", str, "socket path; empty = $XDG_RUNTIME_DIR/oryxmem/<id>.sock"),
     Setting(
         "daemon.client_timeout_seconds",
@@ -247,6 +254,14 @@ class Config:
     @property
     def footprint_max_chars(self) -> int:
         return int(self.get("memory.footprint_max_chars"))
+
+    @property
+    def bootstrap_files(self) -> list[str]:
+        return [
+            name.strip()
+            for name in str(self.get("prompt.bootstrap_files")).split(",")
+            if name.strip()
+        ]
 
     @property
     def max_history_turns(self) -> int:

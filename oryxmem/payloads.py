@@ -87,3 +87,14 @@ def context_data(
 ) -> dict[str, Any]:
     ref = service.resolve(agent)
     return {**agent_data(ref), "context": service.build_context(ref.agent, session, query)}
+
+
+def prompt_data(
+    service: MemoryService,
+    agent: str | None,
+    session: str | None = None,
+    turns: int | None = None,
+    query: str | None = None,
+) -> dict[str, Any]:
+    ref = service.resolve(agent)
+    return {**agent_data(ref), **service.build_prompt(ref.agent, session, turns, query).data()}

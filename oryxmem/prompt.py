@@ -1,5 +1,11 @@
 """The memory block of a prompt (block [2]) and the four-block prompt around it.
 
+The prompt, in the seed's order: [1] the body of the agent's AGENT.md (front matter
+stripped) and the bootstrap files (``prompt.bootstrap_files``, USER.md by default),
+read only, a missing one left out; [2] the memory block; [3] the session's last turns;
+[4] the tools as JSON Schema. As one text and as parts an agent loop can place (the
+system text, the tool definitions).
+
 Without a query the block is DESIGN section 5's: core whole, then the newest archival
 entries that fit ``memory.archival_limit_chars``, both headings always. With a query
 (the user's current message) the same archival budget is shared: up to
@@ -11,9 +17,16 @@ never cut. Pure: the service gathers the entries and the ranking.
 
 from __future__ import annotations
 
+import json
+import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
+from oryxmem.errors import OryxError
+from oryxmem.fileio import open_regular
 from oryxmem.store.format import ARCHIVAL, CANONICAL_HEADINGS, CORE, Entry
 
 # The share of the archival budget the relevant entries may take with a query; what
@@ -89,3 +102,86 @@ def memory_block(core: Sequence[Entry], archival: ArchivalPart) -> str:
     lines = [CANONICAL_HEADINGS[CORE], *(entry.render() for entry in core)]
     lines += [CANONICAL_HEADINGS[ARCHIVAL], *archival.lines]
     return "\n".join(lines) + "\n"
+
+
+# --- the prompt -------------------------------------------------------------------
+
+PROMPT_FILE_MAX_BYTES = 256 * 1024  # a bootstrap file larger than this is left out
+FRONT_MATTER = re.compile(r"\A---[ \t]*\r?\n.*?^(?:---|\.\.\.)[ \t]*(?:\r?\n|\Z)", re.S | re.M)
+
+
+def strip_front_matter(text: str) -> str:
+    """The body of a Markdown file: a leading YAML front matter block (``---`` lines
+    around it) taken off; a file that opens no such block is all body."""
+    return FRONT_MATTER.sub("", text, count=1).strip("\n")
+
+
+@dataclass(frozen=True)
+class PromptFile:
+    name: str  # as the prompt shows it: AGENT.md, USER.md
+    text: str
+
+
+def read_prompt_file(path: Path, name: str, notes: list[str]) -> PromptFile | None:
+    """A bootstrap file's body, or None (missing: silently; anything odd: with a note).
+    Only a regular file is read (never through a link: a cloned repository could point
+    one anywhere)."""
+    try:
+        fd = open_regular(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    except (OSError, OryxError) as error:
+        notes.append(f"{name} left out: {getattr(error, 'message', error)}")
+        return None
+    with os.fdopen(fd, "rb") as handle:
+        raw = handle.read(PROMPT_FILE_MAX_BYTES + 1)
+    if len(raw) > PROMPT_FILE_MAX_BYTES:
+        notes.append(f"{name} left out: larger than {PROMPT_FILE_MAX_BYTES // 1024} KiB")
+        return None
+    try:
+        text = strip_front_matter(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        notes.append(f"{name} left out: not UTF-8 text")
+        return None
+    return PromptFile(name, text) if text.strip() else None
+
+
+@dataclass
+class Prompt:
+    """The four blocks, as parts and as one text."""
+
+    files: list[PromptFile]  # [1]
+    memory: str  # [2]
+    history: list[dict[str, Any]]  # [3]
+    tools: list[dict[str, Any]]  # [4], plain JSON Schema
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def system(self) -> str:
+        """Blocks [1] and [2]: what an agent loop puts in its system message."""
+        parts = [f"# {file.name}\n\n{file.text}" for file in self.files]
+        parts.append(f"# Memory\n\n{self.memory.rstrip()}")
+        return "\n\n".join(parts) + "\n"
+
+    @property
+    def text(self) -> str:
+        """All four blocks in order, as one text."""
+        parts = [self.system.rstrip()]
+        if self.history:
+            turns = "\n".join(
+                f"{message['role']}: {message['content']}" for message in self.history
+            )
+            parts.append(f"# Conversation so far\n\n{turns}")
+        parts.append("# Tools\n\n" + json.dumps(self.tools, ensure_ascii=False, indent=2))
+        return "\n\n".join(parts) + "\n"
+
+    def data(self) -> dict[str, Any]:
+        return {
+            "text": self.text,
+            "system": self.system,
+            "files": [{"name": f.name, "text": f.text} for f in self.files],
+            "memory": self.memory,
+            "history": self.history,
+            "tools": self.tools,
+            "notes": self.notes,
+        }

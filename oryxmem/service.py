@@ -20,6 +20,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from oryxmem.clock import clock_for
@@ -50,8 +51,16 @@ from oryxmem.index import (
 from oryxmem.index.bm25 import BM25Index
 from oryxmem.index.keyword import KeywordIndex
 from oryxmem.index.vectors import VectorIndex
-from oryxmem.prompt import ArchivalPart, archival_for_query, memory_block, omitted_note
+from oryxmem.prompt import (
+    ArchivalPart,
+    Prompt,
+    archival_for_query,
+    memory_block,
+    omitted_note,
+    read_prompt_file,
+)
 from oryxmem.registry import BACKENDS
+from oryxmem.schemas import tool_schemas
 from oryxmem.search import MODES, POOL, rank
 from oryxmem.store import rows
 from oryxmem.store.base import LongTermMemoryStore, StoreLimits, StoreResources, fold_keyword
@@ -739,6 +748,33 @@ class MemoryService:
         except (EmptyKeywordError, InvalidContentError):
             return []
         return [hit.entry for hit in result.hits]
+
+    def build_prompt(
+        self,
+        agent: str | None,
+        session: str | None = None,
+        turns: int | None = None,
+        query: str | None = None,
+    ) -> Prompt:
+        """The four blocks (prompt.py): AGENT.md and the bootstrap files, the memory
+        block (with a query, the relevant entries beside the newest), the session's
+        last turns, the tools. oryxmem never writes AGENT.md or USER.md."""
+        ref = self.resolve(agent)
+        notes: list[str] = []
+        files = []
+        if ref.agent:
+            path = self.workspace.memory_dir(ref.agent) / "AGENT.md"
+            files.append(read_prompt_file(path, "AGENT.md", notes))
+        for name in self.config.bootstrap_files:
+            parts = Path(name).parts
+            if Path(name).is_absolute() or ".." in parts or not parts:
+                notes.append(f"{name} left out: bootstrap files are paths inside .oryxos/")
+                continue
+            files.append(read_prompt_file(self.workspace.os_dir / name, name, notes))
+        memory = self.build_context(ref.agent, session, query)
+        history = self.history(session, turns) if session else []
+        tools = tool_schemas()["tools"]
+        return Prompt([f for f in files if f is not None], memory, history, tools, notes)
 
     def agents(self) -> list[AgentSummary]:
         """The global file and every agent directory, with entry counts."""

@@ -16,13 +16,11 @@ from typing import Any
 
 from oryxmem.errors import InvalidContentError, InvalidFieldError, OryxError
 from oryxmem.payloads import recall_data, save_data
+from oryxmem.schemas import MAX_RESULTS
 from oryxmem.service import MemoryService, SaveRequest
 from oryxmem.store.format import ARCHIVAL, has_lone_surrogate
 
 log = logging.getLogger("oryxmem.tools")
-
-MAX_RESULTS = 100  # the most entries one search or recall call returns
-TOOLS = ("save_memory", "recall_memory")
 
 
 def text_field(body: dict[str, Any], name: str, default: str | None = None) -> str:

@@ -98,3 +98,113 @@ def test_a_query_with_nothing_to_search_by_still_builds_the_block(
     fill(service)
     block = service.build_context("a", query=query)
     assert block.startswith("## 核心记忆\n") and "## 归档记忆\n" in block
+
+
+# --- the whole prompt ------------------------------------------------------------
+
+
+def write_bootstrap(workspace: Workspace) -> None:
+    agent_dir = workspace.agents_dir / "a"
+    agent_dir.mkdir(parents=True, exist_ok=True)
+    (agent_dir / "AGENT.md").write_text(
+        "---\nname: a\nmodel: any\n---\n\nYou are the build assistant of this repository.\n"
+    )
+    (workspace.os_dir / "USER.md").write_text("The user is Ana; she prefers short answers.\n")
+
+
+def test_the_prompt_has_its_four_blocks_in_order(service: MemoryService) -> None:
+    write_bootstrap(service.workspace)
+    fill(service)
+    session = service.create_session("a")
+    service.append_message(session.id, "user", "Where did we leave the release?")
+    service.append_message(session.id, "assistant", "At the changelog.")
+    built = service.build_prompt("a", session.id, query="what is my cat called?")
+    text = built.text
+    at = [
+        text.index(mark)
+        for mark in (
+            "You are the build assistant",
+            "The user is Ana",
+            "## 核心记忆",
+            "user: Where did we leave the release?",
+            '"name": "save_memory"',
+        )
+    ]
+    assert at == sorted(at), text[:400]
+    assert "model: any" not in text  # the front matter is stripped
+    assert [f.name for f in built.files] == ["AGENT.md", "USER.md"]
+    assert "Miso" in built.memory and RELEVANT_NOTE in built.memory
+    assert built.system.endswith(built.memory.rstrip() + "\n")
+    assert [m["role"] for m in built.history] == ["user", "assistant"]
+    assert {t["name"] for t in built.tools} >= {"save_memory", "recall_memory"}
+    assert built.notes == []
+
+
+def test_a_missing_agent_md_or_user_md_is_left_out_and_nothing_is_written(
+    service: MemoryService,
+) -> None:
+    built = service.build_prompt("nobody")
+    assert built.files == [] and built.history == []
+    assert built.text.startswith("# Memory\n\n## 核心记忆\n## 归档记忆\n\n# Tools\n")
+    assert not (service.workspace.os_dir / "USER.md").exists()
+    assert not (service.workspace.agents_dir / "nobody" / "AGENT.md").exists()
+
+
+def test_a_linked_or_binary_bootstrap_file_is_left_out_with_a_note(
+    service: MemoryService, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
+    secret = tmp_path / "secret"
+    secret.write_text("ssh key")
+    (service.workspace.os_dir / "USER.md").symlink_to(secret)
+    agent_dir = service.workspace.agents_dir / "a"
+    agent_dir.mkdir(parents=True)
+    (agent_dir / "AGENT.md").write_bytes(b"\xff\xfe not text")
+    built = service.build_prompt("a")
+    assert built.files == [] and "ssh key" not in built.text
+    assert len(built.notes) == 2 and any("not UTF-8" in n for n in built.notes)
+
+
+def test_the_prompt_and_the_tools_over_the_socket_and_the_cli(
+    workspace: Workspace, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
+    write_bootstrap(workspace)
+    with daemon(workspace, tmp_path / "daemon.log") as running:
+        status, reply = running.curl(
+            "-d",
+            json.dumps({"content": "Ana's cat is called Miso"}),
+            "http://x/api/v1/agents/a/memory",
+        )
+        assert status == 200, reply
+        status, reply = running.curl("-XPOST", "-d", '{"agent": "a"}', "http://x/api/v1/sessions")
+        session = reply["data"]["id"]
+        running.curl(
+            "-d",
+            json.dumps({"role": "user", "content": "hello"}),
+            f"http://x/api/v1/sessions/{session}/messages",
+        )
+        status, reply = running.curl(
+            "--get",
+            "--data-urlencode",
+            "query=the cat",
+            "--data-urlencode",
+            f"session={session}",
+            "http://x/api/v1/agents/a/prompt",
+        )
+        assert status == 200, reply
+        data = reply["data"]
+        assert data["text"].index("Ana; she prefers") < data["text"].index("Miso")
+        assert data["history"][0]["content"] == "hello"
+        assert data["text"].index("user: hello") < data["text"].index('"name": "save_memory"')
+        status, tools = running.curl("http://x/api/v1/tools")
+        assert status == 200
+        shapes = tools["data"]
+        assert [t["name"] for t in shapes["tools"]] == ["save_memory", "recall_memory"]
+        openai = shapes["openai"][0]
+        assert openai["type"] == "function" and openai["function"]["parameters"]["type"] == "object"
+        assert shapes["anthropic"][0]["input_schema"]["required"] == ["content"]
+        out = run_cli("prompt", "--agent", "a", "--json")
+        assert out.returncode == 0, out.stderr
+        assert json.loads(out.stdout)["files"][0]["name"] == "AGENT.md"
+    alone = run_cli("prompt", "--agent", "a", "--part", "system")
+    assert alone.returncode == 0 and "You are the build assistant" in alone.stdout
+    assert "# Tools" not in alone.stdout

@@ -46,14 +46,16 @@ from oryxmem.payloads import (
     agents_data,
     context_data,
     memory_data,
+    prompt_data,
     recall_data,
     save_data,
     search_data,
 )
+from oryxmem.schemas import MAX_RESULTS, tool_schemas
 from oryxmem.service import RECALL_MIN_SIMILARITY, MemoryService, SaveRequest
 from oryxmem.store.format import ARCHIVAL, has_lone_surrogate
 from oryxmem.store.rows import sync_summary
-from oryxmem.tools import MAX_RESULTS, RecallArgs, ToolCall, save_request, text_field
+from oryxmem.tools import RecallArgs, ToolCall, save_request, text_field
 from oryxmem.workspace import GLOBAL_AGENT, WORKSPACE_HEADER, AgentRef, agent_name_problem
 
 log = logging.getLogger("oryxmem.daemon")
@@ -358,6 +360,24 @@ async def context(request: web.Request) -> Any:
     return await ranked(request, ref, build)  # a search: on a reader thread
 
 
+async def prompt(request: web.Request) -> Any:
+    ref = path_agent(request)
+    session = request.query.get("session") or None
+    turns = _int_query(request, "turns")
+    query = request.query.get("query") or None
+
+    def build(service: MemoryService) -> dict[str, Any]:
+        return prompt_data(service, ref.agent, session, turns, query)
+
+    if query is None:
+        return await run_for(request, ref, build)
+    return await ranked(request, ref, build)  # a search: on a reader thread
+
+
+async def list_tools(request: web.Request) -> Any:
+    return tool_schemas()
+
+
 async def trigger(request: web.Request) -> Any:
     ref = path_agent(request)
     body = await json_body(request)
@@ -468,6 +488,7 @@ def make_app(
     routes = [
         web.get("/api/v1/health", health),
         web.get("/api/v1/agents", list_agents),
+        web.get("/api/v1/tools", list_tools),
         web.post("/api/v1/tools/save_memory", tool_save_memory),
         web.post("/api/v1/tools/recall_memory", tool_recall_memory),
         web.post("/api/v1/sessions", create_session),
@@ -482,6 +503,7 @@ def make_app(
             web.get(f"{prefix}/memory/recall", recall),
             web.get(f"{prefix}/memory/search", search),
             web.get(f"{prefix}/context", context),
+            web.get(f"{prefix}/prompt", prompt),
             web.post(f"{prefix}/triggers", trigger),
         ]
     app.add_routes(routes)
