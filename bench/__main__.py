@@ -48,6 +48,8 @@ QUICK = [
     "10000",
     "--search-entries",
     "10000",
+    "--sessions",
+    "100",
     "--search-backlog",
     "1000",
     "--search-idle",

@@ -23,9 +23,11 @@ import argparse
 import random
 import statistics
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 
 from bench.common import (
     Figure,
@@ -150,6 +152,43 @@ def seed(workspace: Workspace, agents: dict[str, list[str]]) -> None:
     service.close()
 
 
+def seed_sessions(workspace: Workspace, agent: str, count: int, rounds_each: int = 10) -> None:
+    """``count`` sessions of the agent, each of ``rounds_each`` rounds (a question and its
+    answer, sentences as the entries are made), taken into the episode index with random
+    unit vectors in place of the model's (as seed() does for the entries)."""
+    from oryxmem.index.episodes import EpisodeIndex
+    from oryxmem.store.sessions import dump_messages
+
+    service = MemoryService(workspace, Config.load(workspace.config_path))
+    db = service.db
+    texts = iter(sentences(count * rounds_each * 2, seed=12))
+    rows = []
+    for number in range(count):
+        messages = [
+            {"role": role, "content": next(texts), "at": TS}
+            for _ in range(rounds_each)
+            for role in ("user", "assistant")
+        ]
+        rows.append((f"bench-{number:05d}", agent, TS, TS, dump_messages(messages)))
+    with write_transaction(db):
+        insert_values(
+            db, "INSERT INTO sessions(id, agent, created_at, updated_at, messages_json)", rows
+        )
+    rng = np.random.default_rng(13)
+
+    def random_vectors(batch: Sequence[str]) -> npt.NDArray[np.float32]:
+        matrix = rng.standard_normal((len(batch), 384)).astype(np.float32)
+        unit: npt.NDArray[np.float32] = matrix / np.linalg.norm(matrix, axis=1, keepdims=True)
+        return unit
+
+    vectors = service.vector_index()
+    assert vectors is not None
+    index = EpisodeIndex(random_vectors, None, vectors.embedder.model_id)
+    while index.catch_up(db, 200):
+        pass
+    service.close()
+
+
 def rss_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -172,6 +211,7 @@ def run(args: argparse.Namespace) -> list[Figure]:
                 "mid": sentences(args.search_entries // 10, seed=8),
             },
         )
+        seed_sessions(workspace, "big", args.sessions)
         sock = Path(f"/tmp/oryxmem-search-{random.randrange(1 << 30)}.sock")
         proc = start_oryxmem(
             ["daemon"], root, root / "daemon.log", b"serving", {"ORYXMEM_SOCKET": str(sock)}
@@ -203,6 +243,35 @@ def run(args: argparse.Namespace) -> list[Figure]:
                     at_most(250, 11, "MB"),
                 ),
                 Figure(f"  and {args.search_entries} entries more", rss_mb(proc.pid), "MB"),
+            ]
+            # The whole prompt (issue 12), with the question as its query and without one.
+            prompts, plain, contexts = [], [], []
+            for query in queries[20:120]:
+                started = time.perf_counter()
+                client.prompt("big", query=query)
+                prompts.append((time.perf_counter() - started) * 1000)
+                started = time.perf_counter()
+                client.prompt("big")
+                plain.append((time.perf_counter() - started) * 1000)
+                started = time.perf_counter()
+                client.context("big")
+                contexts.append((time.perf_counter() - started) * 1000)
+            where = f"{args.search_entries} entries, {args.sessions} sessions"
+            figures += [
+                Figure(
+                    f"prompt with a query p50, {where}",
+                    statistics.median(prompts),
+                    "ms",
+                    at_most(25, 12, "ms"),
+                ),
+                Figure("  its p99", percentile(prompts, 0.99), "ms"),
+                Figure(
+                    "prompt without a query p50",
+                    statistics.median(plain),
+                    "ms",
+                    at_most(2, 12, "ms"),
+                ),
+                Figure("  the memory block alone (context) p50", statistics.median(contexts), "ms"),
             ]
             # A backlog to embed: an agent written behind the daemon's back, as git would.
             backlog = workspace.memory_path("backlog")
@@ -256,6 +325,7 @@ def run(args: argparse.Namespace) -> list[Figure]:
 
 def options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--search-entries", type=int, default=100_000, help="entries searched")
+    parser.add_argument("--sessions", type=int, default=1000, help="sessions of the agent")
     parser.add_argument("--search-backlog", type=int, default=3000, help="entries to embed")
     parser.add_argument(
         "--search-idle", type=float, default=20, help="seconds of idle CPU measured"

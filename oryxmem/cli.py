@@ -25,6 +25,7 @@ from oryxmem.errors import DaemonUnavailableError, OryxError
 from oryxmem.payloads import (
     agents_data,
     context_data,
+    episodes_data,
     memory_data,
     prompt_data,
     recall_data,
@@ -365,6 +366,84 @@ def prompt(
     value = data[part]
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, indent=2)
     click.echo("\n".join(map(terminal_line, text.splitlines())))
+
+
+@cli.group()
+def episodes() -> None:
+    """Rounds of past sessions (a user message and its replies), found by a question."""
+
+
+@episodes.command("search")
+@agent_option
+@click.option("-k", "--limit", type=click.IntRange(1, 100), default=5, show_default=True)
+@click.option("--exclude", default=None, metavar="SESSION", help="Leave this session out.")
+@click.argument("query")
+@json_option
+@pass_context
+def episodes_search(
+    ctx: Context, agent: str | None, limit: int, exclude: str | None, query: str, as_json: bool
+) -> None:
+    """Print the rounds of the agent's sessions that best answer QUERY, best first, with
+    their session, round and time."""
+    agent = ctx.agent(agent)
+    data = ctx.call(
+        lambda client: client.search_episodes(agent, query, limit, exclude),
+        lambda service: episodes_data(
+            service.resolve(agent), service.search_episodes(agent, query, limit, exclude)
+        ),
+    )
+    if as_json:
+        emit_json(data)
+        return
+    for hit in data["episodes"]:
+        click.echo(
+            f"{hit['score']:.3f}  {hit['at'] or ''}  session {hit['session']} round {hit['round']}"
+        )
+        for line in hit["text"].splitlines():
+            click.echo(f"    {terminal_safe(line)}")
+
+
+@cli.group()
+def sessions() -> None:
+    """Sessions: bring in past ones from elsewhere."""
+
+
+@sessions.command("import")
+@agent_option
+@click.option(
+    "--claude-code",
+    "claude_code",
+    is_flag=True,
+    help="Also this workspace's Claude Code sessions (~/.claude/projects/<this folder>/).",
+)
+@click.argument("paths", nargs=-1, type=click.Path(exists=True, path_type=Path))
+@json_option
+@pass_context
+def sessions_import(
+    ctx: Context, agent: str | None, claude_code: bool, paths: tuple[Path, ...], as_json: bool
+) -> None:
+    """Import transcripts as sessions of the agent: JSONL files (one {role, content[, ts]}
+    per line), Claude Code session files, or folders of them. Importing one again adds
+    only the messages it gained since."""
+    from oryxmem.store.transcripts import claude_project_dir
+
+    chosen = list(paths)
+    if claude_code:
+        folder = claude_project_dir(ctx.service.workspace.root)
+        if not folder.is_dir():
+            raise click.ClickException(f"no Claude Code sessions for this folder at {folder}")
+        chosen.append(folder)
+    if not chosen:
+        raise click.UsageError("give transcript files or folders, or --claude-code")
+    report = ctx.service.import_sessions(chosen, ctx.agent(agent))
+    if as_json:
+        emit_json(report)
+        return
+    for item in report:
+        what = f"{item['added']} messages" if item["added"] else "nothing new"
+        click.echo(
+            f"{terminal_safe(item['file'])}: {what} ({item['kind']}, session {item['session']})"
+        )
 
 
 @cli.command()

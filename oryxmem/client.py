@@ -298,6 +298,14 @@ class Client:
         suffix = f"?{urllib.parse.urlencode(params)}" if params else ""
         return dict(self.request("GET", f"{self._prefix(agent)}/prompt{suffix}"))
 
+    def search_episodes(
+        self, agent: str | None, query: str, k: int = 5, exclude: str | None = None
+    ) -> dict[str, Any]:
+        """The rounds of the agent's past sessions that best answer query, best first."""
+        params = {"q": query, "k": str(k), **({"exclude": exclude} if exclude else {})}
+        suffix = urllib.parse.urlencode(params)
+        return dict(self.request("GET", f"{self._prefix(agent)}/episodes/search?{suffix}"))
+
     def tools(self) -> dict[str, Any]:
         """The tools' schemas: plain JSON Schema ("tools"), and "openai", "anthropic"."""
         return dict(self.request("GET", "/api/v1/tools"))

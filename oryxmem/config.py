@@ -129,6 +129,13 @@ SETTINGS: tuple[Setting, ...] = (
         "for openai-compatible: the environment variable that holds its API key, if any",
     ),
     Setting(
+        "episodic.max_chars",
+        1500,
+        int,
+        "characters of rounds of other sessions a memory block built for a query holds",
+        _positive,
+    ),
+    Setting(
         "prompt.bootstrap_files",
         "USER.md",
         str,
@@ -254,6 +261,10 @@ class Config:
     @property
     def footprint_max_chars(self) -> int:
         return int(self.get("memory.footprint_max_chars"))
+
+    @property
+    def episodic_max_chars(self) -> int:
+        return int(self.get("episodic.max_chars"))
 
     @property
     def bootstrap_files(self) -> list[str]:

@@ -118,6 +118,10 @@ class MalformedRequestError(OryxError, code=1019, http_status=400):
     """The request is not HTTP the daemon can read."""
 
 
+class TranscriptChangedError(OryxError, code=1020, http_status=409):
+    """An imported transcript no longer begins with what was imported from it."""
+
+
 class MemoryFileConflictedError(OryxError, code=2001, http_status=409):
     """MEMORY.md holds git conflict markers."""
 

@@ -8,6 +8,7 @@ from oryxmem.store.format import Entry
 from oryxmem.workspace import AgentRef
 
 if TYPE_CHECKING:  # the CLI's daemon path imports this module, and never the service
+    from oryxmem.index.episodes import EpisodeHit
     from oryxmem.service import (
         AgentSummary,
         MemoryService,
@@ -98,3 +99,20 @@ def prompt_data(
 ) -> dict[str, Any]:
     ref = service.resolve(agent)
     return {**agent_data(ref), **service.build_prompt(ref.agent, session, turns, query).data()}
+
+
+def episodes_data(ref: AgentRef, hits: list[EpisodeHit]) -> dict[str, Any]:
+    return {
+        **agent_data(ref),
+        "episodes": [
+            {
+                "session": hit.session,
+                "round": hit.round,
+                "at": hit.at,
+                "text": hit.text,
+                "score": hit.score,
+                "arms": list(hit.arms),
+            }
+            for hit in hits
+        ],
+    }

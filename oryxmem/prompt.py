@@ -27,6 +27,7 @@ from typing import Any
 
 from oryxmem.errors import OryxError
 from oryxmem.fileio import open_regular
+from oryxmem.index.episodes import EpisodeHit
 from oryxmem.store.format import ARCHIVAL, CANONICAL_HEADINGS, CORE, Entry
 
 # The share of the archival budget the relevant entries may take with a query; what
@@ -97,10 +98,68 @@ def archival_for_query(
     return part
 
 
-def memory_block(core: Sequence[Entry], archival: ArchivalPart) -> str:
-    """Block [2]: both headings always, core whole."""
+EPISODES_HEADING = "## 情景记忆"  # episodic memory
+EPISODES_NOTE = "(rounds of other sessions relevant to the current message, by session:)"
+ROUND_SHOWN_CHARS = 600  # the most of one round's text a block shows
+ROUND_LEAST_CHARS = 80  # a round is not begun in less room than this
+
+
+def episodes_part(hits: Sequence[EpisodeHit], max_chars: int) -> list[str]:
+    """The rounds best for the query that fit ``max_chars`` (best first chosen, each cut to
+    ROUND_SHOWN_CHARS), shown grouped by session, sessions and rounds in time order."""
+    room = max_chars - _cost(EPISODES_NOTE)
+    chosen: list[tuple[EpisodeHit, list[str]]] = []
+    sessions: set[str] = set()
+    for hit in hits:
+        header = 0 if hit.session in sessions else _cost(_session_line(hit))
+        if room - header < ROUND_LEAST_CHARS:
+            break
+        lines = _round_lines(hit, min(room - header, ROUND_SHOWN_CHARS))
+        if not lines:
+            continue
+        chosen.append((hit, lines))
+        sessions.add(hit.session)
+        room -= header + sum(_cost(line) for line in lines)
+    if not chosen:
+        return []
+    by_session: dict[str, list[tuple[EpisodeHit, list[str]]]] = {}
+    for hit, lines in sorted(chosen, key=lambda c: (c[0].at or "", c[0].round)):
+        by_session.setdefault(hit.session, []).append((hit, lines))
+    out = [EPISODES_NOTE]
+    for rounds in by_session.values():
+        out.append(_session_line(rounds[0][0]))
+        for _, lines in sorted(rounds, key=lambda r: r[0].round):
+            out += lines
+    return out
+
+
+def _session_line(hit: EpisodeHit) -> str:
+    return f"session {hit.session[:12]}:"
+
+
+def _round_lines(hit: EpisodeHit, limit: int) -> list[str]:
+    """A round as indented lines, the first dated, within ``limit`` characters in all."""
+    lines = []
+    left = limit
+    for number, text in enumerate(hit.text.splitlines()):
+        prefix = f"  [{hit.at}] " if number == 0 and hit.at else "  "
+        room = left - len(prefix) - 1
+        if room < 20:
+            break
+        shown = text if len(text) <= room else text[: room - 1].rstrip() + "…"
+        lines.append(prefix + shown)
+        left -= len(lines[-1]) + 1
+    return lines
+
+
+def memory_block(
+    core: Sequence[Entry], archival: ArchivalPart, episodes: Sequence[str] = ()
+) -> str:
+    """Block [2]: both headings always, core whole; the episodes part when there is one."""
     lines = [CANONICAL_HEADINGS[CORE], *(entry.render() for entry in core)]
     lines += [CANONICAL_HEADINGS[ARCHIVAL], *archival.lines]
+    if episodes:
+        lines += [EPISODES_HEADING, *episodes]
     return "\n".join(lines) + "\n"
 
 

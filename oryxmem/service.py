@@ -49,12 +49,14 @@ from oryxmem.index import (
     upcoming,
 )
 from oryxmem.index.bm25 import BM25Index
+from oryxmem.index.episodes import EpisodeHit, EpisodeIndex
 from oryxmem.index.keyword import KeywordIndex
 from oryxmem.index.vectors import VectorIndex
 from oryxmem.prompt import (
     ArchivalPart,
     Prompt,
     archival_for_query,
+    episodes_part,
     memory_block,
     omitted_note,
     read_prompt_file,
@@ -73,6 +75,7 @@ from oryxmem.store.format import (
 )
 from oryxmem.store.markdown import Append, MarkdownFiles, MarkdownMemoryStore
 from oryxmem.store.sessions import SessionInfo, SessionStore, record_tool_invocation
+from oryxmem.store.transcripts import read_transcript, transcript_files
 from oryxmem.workspace import (
     GLOBAL_AGENT,
     AgentRef,
@@ -100,6 +103,7 @@ SEARCH_EMBED_STEPS = 16
 RECALL_MIN_SIMILARITY = 0.25  # MiniLM: unrelated sentences score about 0.1
 # How many ranked entries a prompt's relevant part is filled from (each taken if it fits).
 RELEVANT_POOL = 60
+EPISODES_SHOWN = 5  # rounds of other sessions a block with a query may show
 
 
 @dataclass(frozen=True)
@@ -238,6 +242,7 @@ class MemoryService:
         self._backend: type[LongTermMemoryStore] | None = None
         self._readers: dict[str, LongTermMemoryStore] = {}
         self._indexes: dict[str, DerivedIndex] | None = None
+        self._episodes: EpisodeIndex | None = None
         self._unmirrored: dict[str, _Unmirrored] = {}
         self._told_locked = False  # said once per spell that another program holds the lock
         # A search first brings the indexes up to the rows (and embeds a few batches), but
@@ -528,6 +533,7 @@ class MemoryService:
                     [name],
                 )
         self.catch_up_indexes()
+        self.episodes.drop(self.db)  # made again from the sessions: by episodes_step
         where, args = ("", []) if name is None else (" WHERE agent = ?", [name])
         total = self.db.execute(f"SELECT count(*) FROM memory_entries{where}", args).fetchone()
         return {"agent": name, "entries": int(total[0]), "indexes": self.index_summary()}
@@ -544,6 +550,8 @@ class MemoryService:
             done = min(done + step, total)
             if progress is not None:
                 progress(done, total)
+        while self.episodes_step():
+            pass
         return done
 
     def index_summary(self) -> dict[str, Any]:
@@ -553,6 +561,7 @@ class MemoryService:
             summary[name] = {"pending": pending(self.db, index)}
             if isinstance(index, VectorIndex):
                 summary[name]["model"] = index.embedder.model_id
+        summary["episodes"] = {"pending": self.episodes.pending(self.db)}
         return summary
 
     # --- sync -----------------------------------------------------------------
@@ -732,7 +741,16 @@ class MemoryService:
         else:
             core, archival = self.reader(ref).entries()
             part = archival_for_query(archival, self.relevant_entries(ref, query), limit)
+            episodes = self.relevant_episodes(ref, query, session)
+            return memory_block(core, part, episodes_part(episodes, self.config.episodic_max_chars))
         return memory_block(core, part)
+
+    def relevant_episodes(self, ref: AgentRef, query: str, session: str | None) -> list[EpisodeHit]:
+        """The rounds of the agent's other sessions best for a query (a block's third part)."""
+        try:
+            return self.search_episodes(ref.agent or None, query, EPISODES_SHOWN, session)
+        except (EmptyKeywordError, InvalidContentError):
+            return []
 
     def relevant_entries(self, ref: AgentRef, query: str) -> list[Entry]:
         """The archival entries a hybrid search ranks best for a query (a prompt's
@@ -775,6 +793,87 @@ class MemoryService:
         history = self.history(session, turns) if session else []
         tools = tool_schemas()["tools"]
         return Prompt([f for f in files if f is not None], memory, history, tools, notes)
+
+    # --- episodes ---------------------------------------------------------------
+
+    @property
+    def episodes(self) -> EpisodeIndex:
+        """The rounds of past sessions (index/episodes.py), embedded by the memories'
+        embedder when there is one."""
+        if self._episodes is None:
+            vectors = self.vector_index()
+            if vectors is None:
+                self._episodes = EpisodeIndex(None, None)
+            else:
+                embedder = vectors.embedder
+                self._episodes = EpisodeIndex(
+                    lambda texts: embedder.embed(list(texts), "passage"),
+                    embedder.query_vector,
+                    embedder.model_id,
+                )
+        return self._episodes
+
+    def episodes_step(self) -> int:
+        """Take in the sessions whose messages changed since (one batch); 0: all current."""
+        return self.episodes.catch_up(self.db)
+
+    def search_episodes(
+        self, agent: str | None, query: str, k: int = 5, exclude_session: str | None = None
+    ) -> list[EpisodeHit]:
+        """The agent's rounds of past sessions best for a query, best first."""
+        ref = self.resolve(agent)
+        if not query.strip():
+            raise EmptyKeywordError("the search query is empty")
+        if has_lone_surrogate(query):
+            raise InvalidContentError("the search query holds a lone surrogate (not Unicode)")
+        if self.index_upkeep:  # alone: the sessions appended since are taken in first
+            while self.episodes_step():
+                pass
+        else:
+            self.episodes.ensure(self.db)
+        try:
+            return self.episodes.search(self.db, ref.agent, query, k, exclude_session)
+        except EmbedderUnavailableError as error:
+            log.warning("episodes searched by words only: %s", error.message)
+            words = EpisodeIndex(None, None, "")
+            return words.search(self.db, ref.agent, query, k, exclude_session)
+
+    def import_sessions(self, paths: Sequence[Path], agent: str | None) -> list[dict[str, Any]]:
+        """Transcripts (JSONL, Claude Code session files, or folders of them) as sessions of
+        the agent; each again adds only what it gained. Every file is read before any is
+        written: one that cannot be read imports nothing."""
+        ref = self.resolve(agent)
+        transcripts = [
+            (path, read_transcript(path))
+            for given in paths
+            for path in transcript_files(Path(given))
+        ]
+        report = []
+        for path, transcript in transcripts:
+            if not transcript.messages:
+                report.append(
+                    {
+                        "file": str(path),
+                        "source": transcript.key,
+                        "added": 0,
+                        "session": None,
+                        "kind": transcript.kind,
+                    }
+                )
+                continue
+            session, added = self.sessions.import_messages(
+                ref.agent, transcript.key, transcript.messages
+            )
+            report.append(
+                {
+                    "file": str(path),
+                    "source": transcript.key,
+                    "added": added,
+                    "session": session,
+                    "kind": transcript.kind,
+                }
+            )
+        return report
 
     def agents(self) -> list[AgentSummary]:
         """The global file and every agent directory, with entry counts."""

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from oryxmem.reach import Reach
+from oryxmem.store.transcripts import claude_message
 from oryxmem.workspace import open_workspace, resolve_agent
 
 EVENTS = ("session-start", "prompt", "stop")
@@ -123,16 +124,6 @@ def _text(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
-def _blocks_text(content: Any) -> str:
-    """The text of a Claude message's content: a string, or its text blocks."""
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        return ""
-    texts = [b.get("text") for b in content if isinstance(b, dict) and b.get("type") == "text"]
-    return "\n".join(t for t in texts if isinstance(t, str))
-
-
 def claude_turn(path: Path) -> tuple[str, str]:
     """The last prompt the user typed in a Claude Code transcript (JSONL; a tool result
     comes back as a user line too, and is not a prompt) and the text of the replies
@@ -150,15 +141,13 @@ def claude_turn(path: Path) -> tuple[str, str]:
             record = json.loads(line)
         except json.JSONDecodeError:
             continue  # the first, cut line of the tail, or a line being written
-        if not isinstance(record, dict) or record.get("isSidechain") or record.get("isMeta"):
+        found = claude_message(record) if isinstance(record, dict) else None
+        if found is None:
             continue
-        message = record.get("message")
-        if not isinstance(message, dict):
-            continue
-        text = _blocks_text(message.get("content")).strip()
-        if record.get("type") == "user" and text:
+        role, text = found
+        if role == "user":
             user_message, replies = text, []
-        elif record.get("type") == "assistant" and text:
+        else:
             replies.append(text)
     return user_message, replies[-1] if replies else ""
 

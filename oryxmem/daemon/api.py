@@ -45,6 +45,7 @@ from oryxmem.errors import (
 from oryxmem.payloads import (
     agents_data,
     context_data,
+    episodes_data,
     memory_data,
     prompt_data,
     recall_data,
@@ -450,7 +451,22 @@ async def append_message(request: web.Request) -> Any:
     body = await json_body(request)
     role, content = text_field(body, "role"), text_field(body, "content")
     count = await run(request, lambda s: s.append_message(session, role, content))
+    request.app[WORKER].on_mirrored()  # the indexer takes the round in (episodes)
     return {"session": session, "messages": count}
+
+
+async def search_episodes(request: web.Request) -> Any:
+    ref = path_agent(request)
+    query = request.query.get("q", "")
+    if not query.strip():
+        raise EmptyKeywordError("give ?q= a question or words to look for")
+    k = _int_query(request, "k", MAX_RESULTS) or 5
+    exclude = request.query.get("exclude") or None
+
+    def answer(service: MemoryService) -> dict[str, Any]:
+        return episodes_data(ref, service.search_episodes(ref.agent, query, k, exclude))
+
+    return await ranked(request, ref, answer)
 
 
 async def session_history(request: web.Request) -> Any:
@@ -504,6 +520,7 @@ def make_app(
             web.get(f"{prefix}/memory/search", search),
             web.get(f"{prefix}/context", context),
             web.get(f"{prefix}/prompt", prompt),
+            web.get(f"{prefix}/episodes/search", search_episodes),
             web.post(f"{prefix}/triggers", trigger),
         ]
     app.add_routes(routes)

@@ -1,11 +1,13 @@
-"""The daemon's indexer thread: the slow derived indexes (the vectors), off the save path.
+"""The daemon's indexer thread: the slow derived indexes (the vectors, the episodes of
+past sessions), off the save path.
 
-It has its own connection and runs MemoryService.embed_step until nothing is left:
+It has its own connection and runs MemoryService.embed_step and episodes_step until
+nothing is left:
 each step embeds the rows of one batch with no lock held, then takes them in with
 a short write. It runs at a lower priority (nice 10, inherited by the threads that
 embed for it), so the memory thread's saves and searches go first on a busy
-machine. It is woken when saves were mirrored or a reconcile changed rows, and
-looks on its own every RESCAN_SECONDS.
+machine. It is woken when saves were mirrored, a reconcile changed rows or a message
+was added to a session, and looks on its own every RESCAN_SECONDS.
 """
 
 from __future__ import annotations
@@ -34,8 +36,6 @@ class Indexer:
         self.last_error: str | None = None
 
     def start(self) -> None:
-        if self.service.vector_index() is None:  # recall.embedder = none
-            return
         self._thread.start()
 
     def wake(self) -> None:
@@ -50,7 +50,7 @@ class Indexer:
 
     @property
     def alive(self) -> bool:
-        return self._thread.is_alive() or self.service.vector_index() is None
+        return self._thread.is_alive()
 
     def _run(self) -> None:
         try:
@@ -59,7 +59,8 @@ class Indexer:
             log.info("the indexer keeps its priority: %s", error)
         while not self._stop.is_set():
             try:
-                taken = self.service.embed_step()
+                taken = self.service.embed_step() if self.service.vector_index() else 0
+                taken += self.service.episodes_step()
                 self.last_error = None
             except Exception as error:  # derived: retried, never in the way of a save
                 self.last_error = f"{type(error).__name__}: {error}"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, ClassVar, Literal
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
 Kind = Literal["query", "passage"]
+QUERY_CACHE = 32
 
 
 class Embedder(ABC):
@@ -30,6 +32,8 @@ class Embedder(ABC):
 
     def __init__(self, config: Config) -> None:
         self.config = config
+        self._queries: dict[str, npt.NDArray[np.float32]] = {}
+        self._queries_lock = threading.Lock()
 
     @property
     @abstractmethod
@@ -40,6 +44,19 @@ class Embedder(ABC):
     def embed(self, texts: Sequence[str], kind: Kind) -> npt.NDArray[np.float32]:
         """Vectors for texts: a question to search with (``query``) or a memory to be
         found (``passage``); models trained with prefixes for each apply them here."""
+
+    def query_vector(self, query: str) -> npt.NDArray[np.float32]:
+        """embed([query], "query")[0], remembered for the last QUERY_CACHE queries: a prompt
+        built for a message searches the memories and the episodes with the same one."""
+        with self._queries_lock:
+            vector = self._queries.get(query)
+        if vector is None:
+            vector = self.embed([query], "query")[0]
+            with self._queries_lock:
+                if len(self._queries) >= QUERY_CACHE:
+                    self._queries.pop(next(iter(self._queries)))
+                self._queries[query] = vector
+        return vector
 
     def close(self) -> None:  # noqa: B027 (most embedders hold nothing to let go of)
         """Let go of what the embedder holds (a model session, a connection)."""

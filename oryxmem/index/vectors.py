@@ -36,7 +36,7 @@ from oryxmem.index import (
     pending,
     read_index_state,
 )
-from oryxmem.store.db import Executes, insert_values, select_in
+from oryxmem.store.db import Executes, database_file, insert_values, select_in
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -133,11 +133,6 @@ _MATRICES: dict[tuple[str, int], _Matrices] = {}
 _MATRICES_LOCK = threading.Lock()
 
 
-def _database_file(db: Executes) -> str:
-    rows = db.execute("PRAGMA database_list").fetchall()
-    return str(next((row[2] for row in rows if row[1] == "main"), ""))
-
-
 class VectorIndex(DerivedIndex):
     name = "vectors"
     version = 1
@@ -194,13 +189,13 @@ class VectorIndex(DerivedIndex):
     def drop(self, db: Database) -> None:
         for table in ("memory_vector_gone", "memory_vector_rows", "memory_vectors"):
             db.execute(f"DROP TABLE IF EXISTS {table}")
-        path = _database_file(db)
+        path = database_file(db)
         with _MATRICES_LOCK:  # this process's copies, of any model, are stale now
             for key in [key for key in _MATRICES if key[0] == path]:
                 del _MATRICES[key]
 
     def _matrices(self, db: Executes) -> _Matrices:
-        key = (_database_file(db), self.identity())
+        key = (database_file(db), self.identity())
         with _MATRICES_LOCK:
             return _MATRICES.setdefault(key, _Matrices())
 
@@ -345,7 +340,7 @@ class VectorIndex(DerivedIndex):
         fresh = index_rows(db, fresh_ids)
         if not copy.count and not fresh:
             return Scores(empty.row_ids, empty.similarity, unembedded)
-        vector = self.embedder.embed([query], "query")[0]
+        vector = self.embedder.query_vector(query)
         row_ids, similarity = empty.row_ids, empty.similarity
         if copy.used:
             row_ids, similarity = copy.row_ids[: copy.used], copy.matrix[: copy.used] @ vector

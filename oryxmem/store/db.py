@@ -151,3 +151,9 @@ def write_transaction(db: Database) -> Iterator[Database]:
             db.conn.execute("ROLLBACK")
         raise
     db.conn.execute("COMMIT")
+
+
+def database_file(db: Executes) -> str:
+    """The path of the connection's main database file ('' in memory)."""
+    rows = db.execute("PRAGMA database_list").fetchall()
+    return str(next((row[2] for row in rows if row[1] == "main"), ""))

@@ -235,3 +235,11 @@ def derived_indexes_fed_from_the_change_log(db: Database) -> None:
     db.execute("ALTER TABLE sync_state DROP COLUMN entry_ids")
     db.execute("ALTER TABLE sync_state ADD COLUMN ctime_ns INTEGER")
     db.execute("ALTER TABLE sync_state ADD COLUMN notes TEXT NOT NULL DEFAULT '[]'")
+
+
+@migrations()
+def sessions_remember_where_they_were_imported_from(db: Database) -> None:
+    # An imported session names its transcript (claude-code:<id>, jsonl:<path>): importing
+    # it again adds only the messages it gained since.
+    db.execute("ALTER TABLE sessions ADD COLUMN source TEXT")
+    db.execute("CREATE UNIQUE INDEX sessions_source ON sessions(source) WHERE source IS NOT NULL")

@@ -8,7 +8,12 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from oryxmem.errors import EmptyContentError, InvalidRoleError, SessionNotFoundError
+from oryxmem.errors import (
+    EmptyContentError,
+    InvalidRoleError,
+    SessionNotFoundError,
+    TranscriptChangedError,
+)
 from oryxmem.store.db import write_transaction
 
 if TYPE_CHECKING:
@@ -19,6 +24,11 @@ ROLES = ("user", "assistant", "system", "tool")
 
 def _now() -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def dump_messages(messages: list[dict[str, Any]]) -> str:
+    """messages_json as the sessions keep it."""
+    return json.dumps(messages, ensure_ascii=False)
 
 
 def turns_tail(messages: list[dict[str, Any]], turns: int) -> list[dict[str, Any]]:
@@ -72,6 +82,54 @@ class SessionStore:
                 "SELECT json_array_length(messages_json) FROM sessions WHERE id = ?", [session_id]
             ).fetchone()[0]
         return count
+
+    def import_messages(
+        self, agent: str, source: str, messages: list[dict[str, str]]
+    ) -> tuple[str, int]:
+        """An imported transcript as a session of the agent: the first time, a session with
+        every message; again, only the messages it gained since (none: nothing changes).
+        Returns the session id and how many messages were added. A transcript that no
+        longer begins with what was imported is refused, changing nothing."""
+        for message in messages:
+            if message["role"] not in ROLES or not message["content"].strip():
+                raise InvalidRoleError(f"not a message: {message!r:.80}")
+        stamped = [{**m, "at": m.get("at") or _now()} for m in messages]
+        with write_transaction(self.db):
+            row = self.db.execute(
+                "SELECT id, messages_json FROM sessions WHERE source = ?", [source]
+            ).fetchone()
+            if row is None:
+                session_id = os.urandom(16).hex()
+                first = stamped[0]["at"] if stamped else _now()
+                last = stamped[-1]["at"] if stamped else first
+                self.db.execute(
+                    "INSERT INTO sessions(id, agent, created_at, updated_at, messages_json,"
+                    " source) VALUES (?, ?, ?, ?, ?, ?)",
+                    [
+                        session_id,
+                        agent,
+                        first,
+                        last,
+                        json.dumps(stamped, ensure_ascii=False),
+                        source,
+                    ],
+                )
+                return session_id, len(stamped)
+            session_id, raw = row
+            had = json.loads(raw)
+            same = [(m["role"], m["content"]) for m in had]
+            if [(m["role"], m["content"]) for m in stamped[: len(had)]] != same:
+                raise TranscriptChangedError(
+                    f"{source} no longer begins with the {len(had)} messages imported from it;"
+                    " nothing was changed"
+                )
+            added = stamped[len(had) :]
+            if added:
+                self.db.execute(
+                    "UPDATE sessions SET messages_json = ?, updated_at = ? WHERE id = ?",
+                    [dump_messages(had + added), added[-1]["at"], session_id],
+                )
+            return session_id, len(added)
 
     def messages(self, session_id: str) -> list[dict[str, Any]]:
         row = self.db.execute(

@@ -1,0 +1,375 @@
+"""Episodic memory: the rounds of past sessions, a derived index (DESIGN section 12).
+
+A round is a user message and the replies up to the next user message (messages
+before a session's first user message make a round of their own), with its session,
+its number in the session (from 0) and the time of its first message. Its text is
+"role: content" per message, the user's message cut to USER_CHARS and the whole round
+to ROUND_CHARS (a long tool output says little a search could use).
+
+The source is ``sessions.messages_json``; the index keeps, per session, how many
+messages it has taken in (``episode_state``), so catching up reads only the sessions
+whose count moved and makes again only their rounds from the last one it had (which
+may have grown). Everything here can be dropped and made again (``drop``): the
+sessions are the truth.
+
+Ranking is search.py's hybrid fusion over two arms of their own: BM25 over the
+rounds' terms (terms.py: stemmed, stopwords dropped) and the cosine of their
+embeddings (the memories' embedder), each put on [0, 1], weighted as search.py's.
+Measured on the LoCoMo dev set loaded as sessions (bench/episodes_quality.py).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from oryxmem.index.terms import index_text, match_any, query_terms
+from oryxmem.store.db import Executes, database_file, insert_values, write_transaction
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
+    from sqlite_utils import Database
+
+VERSION = 3  # 2: the round before as a context column; 3: a vector per message
+USER_CHARS = 1000
+ROUND_CHARS = 2000
+POOL = 200  # candidates each arm brings to the fusion
+KEYWORD_WEIGHT = 0.8
+SEMANTIC_WEIGHT = 0.2
+CONTEXT_WEIGHT = 0.5  # the round before a round, as its context column (BM25F)
+SESSIONS_PER_STEP = 50  # sessions one step of catching up takes in
+TABLES = ("episode_terms", "episode_vectors", "episodes", "episode_state", "episode_meta")
+
+# texts -> their L2-normalised vectors (the memories' embedder, as passages); a query ->
+# its vector
+Embed = Callable[[Sequence[str]], "npt.NDArray[np.float32]"]
+EmbedQuery = Callable[[str], "npt.NDArray[np.float32]"]
+
+
+@dataclass(frozen=True)
+class Round:
+    number: int
+    at: str | None
+    text: str
+    first_message: int  # the index of its first message in the session
+    parts: tuple[str, ...] = ()  # each message's text, as embedded (one vector each)
+
+
+@dataclass(frozen=True)
+class EpisodeHit:
+    session: str
+    agent: str
+    round: int
+    at: str | None
+    text: str
+    score: float
+    arms: tuple[str, ...]
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+def rounds(messages: Sequence[dict[str, Any]]) -> list[Round]:
+    """The rounds of a session's messages, in order."""
+    found: list[Round] = []
+    parts: list[str] = []
+    at: str | None = None
+    first = 0
+
+    def close() -> None:
+        if parts:
+            text = _cut("\n".join(parts), ROUND_CHARS)
+            found.append(Round(len(found), at, text, first, tuple(p[:USER_CHARS] for p in parts)))
+
+    for index, message in enumerate(messages):
+        role = str(message.get("role", ""))
+        content = " ".join(str(message.get("content", "")).split())
+        if role == "user" and parts:
+            close()
+            parts = []
+        if not parts:
+            at, first = message.get("at") or message.get("ts"), index
+        parts.append(f"{role}: {_cut(content, USER_CHARS) if role == 'user' else content}")
+    close()
+    return found
+
+
+class EpisodeIndex:
+    """The rounds of every session, searchable; ``embed`` None: by words only."""
+
+    def __init__(
+        self, embed: Embed | None, embed_query: EmbedQuery | None, model: str = ""
+    ) -> None:
+        self.embed = embed
+        self.embed_query = embed_query
+        self.identity = f"{VERSION}\n{model}"
+
+    # --- tables -------------------------------------------------------------------
+
+    def ensure(self, db: Database) -> None:
+        """The tables, made (again) when missing or made for another version or model."""
+        exists = db.execute("SELECT 1 FROM sqlite_master WHERE name = 'episode_meta'").fetchone()
+        if exists:
+            row = db.execute("SELECT identity FROM episode_meta").fetchone()
+            if row is not None and row[0] == self.identity:
+                return
+        with write_transaction(db):
+            self._drop(db)
+            db.execute("CREATE TABLE episode_meta (identity TEXT NOT NULL)")
+            db.execute("INSERT INTO episode_meta VALUES (?)", [self.identity])
+            db.execute(
+                "CREATE TABLE episodes (id INTEGER PRIMARY KEY, session TEXT NOT NULL,"
+                " agent TEXT NOT NULL, round INTEGER NOT NULL, at TEXT, text TEXT NOT NULL,"
+                " UNIQUE (session, round))"
+            )
+            db.execute("CREATE INDEX episodes_agent ON episodes(agent)")
+            db.execute(
+                "CREATE VIRTUAL TABLE episode_terms USING fts5(body, context, tokenize='unicode61')"
+            )
+            db.execute("CREATE TABLE episode_vectors (id INTEGER PRIMARY KEY, vector BLOB)")
+            db.execute(
+                "CREATE TABLE episode_state (session TEXT PRIMARY KEY, messages INTEGER NOT NULL)"
+            )
+
+    def drop(self, db: Database) -> None:
+        with write_transaction(db):
+            self._drop(db)
+
+    @staticmethod
+    def _drop(db: Database) -> None:
+        for table in TABLES:
+            db.execute(f"DROP TABLE IF EXISTS {table}")
+
+    # --- catching up ------------------------------------------------------------------
+
+    def pending(self, db: Executes) -> int:
+        """Sessions whose messages the index has not all taken in."""
+        made = db.execute("SELECT 1 FROM sqlite_master WHERE name = 'episode_state'").fetchone()
+        if made is None:
+            return int(db.execute("SELECT count(*) FROM sessions").fetchone()[0])
+        row = db.execute(
+            "SELECT count(*) FROM sessions s LEFT JOIN episode_state e ON e.session = s.id"
+            " WHERE json_array_length(s.messages_json) != coalesce(e.messages, 0)"
+        ).fetchone()
+        gone = db.execute(
+            "SELECT count(*) FROM episode_state WHERE session NOT IN (SELECT id FROM sessions)"
+        ).fetchone()
+        return int(row[0]) + int(gone[0])
+
+    def catch_up(self, db: Database, max_sessions: int = SESSIONS_PER_STEP) -> int:
+        """Take in the sessions whose messages changed (at most max_sessions of them):
+        their rounds are made (and embedded) with no transaction open, then written in
+        one short one. Returns the sessions taken in."""
+        self.ensure(db)
+        changed = db.execute(
+            "SELECT s.id, s.agent, s.messages_json, coalesce(e.messages, 0) FROM sessions s"
+            " LEFT JOIN episode_state e ON e.session = s.id"
+            " WHERE json_array_length(s.messages_json) != coalesce(e.messages, 0) LIMIT ?",
+            [max_sessions],
+        ).fetchall()
+        work = []
+        for session, agent, raw, had in changed:
+            messages = json.loads(raw)
+            made = rounds(messages)
+            # the rounds from the one that held the last message taken in: it may have grown
+            keep = sum(1 for r in made if r.first_message < had) - 1 if had else 0
+            fresh = made[max(keep, 0) :]
+            context = [made[r.number - 1].text if r.number else "" for r in fresh]
+            vectors = None
+            if self.embed and fresh:  # a vector per message: a round is as close as its best
+                vectors = self.embed([part for r in fresh for part in r.parts])
+            work.append((session, agent, len(messages), max(keep, 0), fresh, context, vectors))
+        with write_transaction(db):
+            for session, agent, count, keep, fresh, context, vectors in work:
+                self._write(db, session, agent, count, keep, fresh, context, vectors)
+            gone = [
+                row[0]
+                for row in db.execute(
+                    "SELECT session FROM episode_state"
+                    " WHERE session NOT IN (SELECT id FROM sessions)"
+                )
+            ]
+            for session in gone:
+                self._forget(db, session, 0)
+                db.execute("DELETE FROM episode_state WHERE session = ?", [session])
+        return len(work) + len(gone)
+
+    def _write(
+        self,
+        db: Database,
+        session: str,
+        agent: str,
+        count: int,
+        keep: int,
+        fresh: list[Round],
+        context: list[str],
+        vectors: npt.NDArray[np.float32] | None,
+    ) -> None:
+        now = db.execute(
+            "SELECT json_array_length(messages_json) FROM sessions WHERE id = ?", [session]
+        ).fetchone()
+        if now is None or int(now[0]) != count:
+            return  # it changed meanwhile: the next step takes it in
+        self._forget(db, session, keep)
+        ids = []
+        for r in fresh:
+            cursor = db.execute(
+                "INSERT INTO episodes(session, agent, round, at, text) VALUES (?, ?, ?, ?, ?)",
+                [session, agent, r.number, r.at, r.text],
+            )
+            ids.append(cursor.lastrowid)
+        insert_values(
+            db,
+            "INSERT INTO episode_terms(rowid, body, context)",
+            [
+                (i, index_text(r.text), index_text(c))
+                for i, r, c in zip(ids, fresh, context, strict=True)
+            ],
+        )
+        if vectors is not None:
+            blobs, at = [], 0
+            for r in fresh:
+                blobs.append(vectors[at : at + len(r.parts)].astype(np.float32).tobytes())
+                at += len(r.parts)
+            insert_values(
+                db, "INSERT INTO episode_vectors(id, vector)", list(zip(ids, blobs, strict=True))
+            )
+        db.execute(
+            "INSERT INTO episode_state(session, messages) VALUES (?, ?)"
+            " ON CONFLICT(session) DO UPDATE SET messages = excluded.messages",
+            [session, count],
+        )
+
+    @staticmethod
+    def _forget(db: Database, session: str, from_round: int) -> None:
+        ids = [
+            row[0]
+            for row in db.execute(
+                "SELECT id FROM episodes WHERE session = ? AND round >= ?", [session, from_round]
+            )
+        ]
+        for table, key in (
+            ("episode_terms", "rowid"),
+            ("episode_vectors", "id"),
+            ("episodes", "id"),
+        ):
+            db.conn.executemany(f"DELETE FROM {table} WHERE {key} = ?", [[i] for i in ids])
+
+    # --- searching ----------------------------------------------------------------------
+
+    def search(
+        self,
+        db: Executes,
+        agent: str,
+        query: str,
+        k: int,
+        exclude_session: str | None = None,
+    ) -> list[EpisodeHit]:
+        """The agent's rounds best for a query (none of ``exclude_session``), best first."""
+        other = exclude_session or ""
+        keyword: dict[int, float] = {}
+        words = query_terms(query)
+        match = match_any(words)
+        if match is not None:
+            hits = db.execute(
+                f"SELECT t.rowid, bm25(episode_terms, 1.0, {CONTEXT_WEIGHT}) AS rank"
+                " FROM episode_terms t"
+                " JOIN episodes e ON e.id = t.rowid"
+                " WHERE episode_terms MATCH ? AND e.agent = ? AND e.session != ?"
+                " ORDER BY rank LIMIT ?",
+                [match, agent, other, POOL],
+            ).fetchall()
+            best = max((-rank for _, rank in hits), default=0.0)
+            keyword = {row_id: -rank / best for row_id, rank in hits if best > 0}
+        semantic = self._semantic(db, agent, query, other)
+        weights = (KEYWORD_WEIGHT, SEMANTIC_WEIGHT) if semantic else (1.0, 0.0)
+        scores = {
+            row_id: weights[0] * keyword.get(row_id, 0.0) + weights[1] * semantic.get(row_id, 0.0)
+            for row_id in keyword.keys() | semantic.keys()
+        }
+        best_ids = sorted(scores, key=lambda i: (-scores[i], -i))[:k]
+        if not best_ids:
+            return []
+        marks = ",".join("?" * len(best_ids))
+        found = {
+            row[0]: row
+            for row in db.execute(
+                f"SELECT id, session, agent, round, at, text FROM episodes WHERE id IN ({marks})",
+                best_ids,
+            )
+        }
+        out = []
+        for row_id in best_ids:
+            _, session, owner, number, at, text = found[row_id]
+            arms = tuple(
+                arm
+                for arm, hit in (("keyword", row_id in keyword), ("semantic", row_id in semantic))
+                if hit
+            )
+            out.append(EpisodeHit(session, owner, number, at, text, round(scores[row_id], 6), arms))
+        return out
+
+    def _semantic(self, db: Executes, agent: str, query: str, other: str) -> dict[int, float]:
+        """The POOL rounds closest in meaning, min-max scaled over the agent's rounds."""
+        if self.embed_query is None:
+            return {}
+        query_vector = self.embed_query(query)
+        vectors = self._vectors(db, agent, len(query_vector))
+        if vectors is None:
+            return {}
+        ids, sessions, starts, matrix = vectors
+        similarity = np.maximum.reduceat(matrix @ query_vector, starts)  # a round: its best
+        if other:
+            keep = sessions != other
+            ids, similarity = ids[keep], similarity[keep]
+        if not len(ids):
+            return {}
+        low, high = float(similarity.min()), float(similarity.max())
+        span = high - low if high > low else 1.0
+        count = min(POOL, len(ids))
+        top = np.argpartition(-similarity, count - 1)[:count]
+        return {int(ids[i]): (float(similarity[i]) - low) / span for i in top}
+
+    def _vectors(self, db: Executes, agent: str, size: int) -> _Vectors | None:
+        """The agent's rounds' ids, sessions, where each one's vectors start, and the
+        vectors (one per message), read once and kept while the agent's rounds are the
+        same (shared by the process's connections to the same database)."""
+        stamp = tuple(
+            db.execute("SELECT count(*), max(id) FROM episodes WHERE agent = ?", [agent]).fetchone()
+        )
+        key = (database_file(db), agent, self.identity)
+        with _CACHE_LOCK:
+            cached = _CACHE.get(key)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        rows = db.execute(
+            "SELECT e.id, e.session, v.vector FROM episodes e JOIN episode_vectors v"
+            " ON v.id = e.id WHERE e.agent = ? AND length(v.vector) > 0 ORDER BY e.id",
+            [agent],
+        ).fetchall()
+        vectors: _Vectors | None = None
+        if rows:
+            per_round = np.array([len(row[2]) // (4 * size) for row in rows], dtype=np.int64)
+            vectors = (
+                np.array([row[0] for row in rows], dtype=np.int64),
+                np.array([row[1] for row in rows], dtype=object),
+                np.concatenate(([0], np.cumsum(per_round)[:-1])).astype(np.int64),
+                np.frombuffer(b"".join(row[2] for row in rows), dtype=np.float32).reshape(-1, size),
+            )
+        with _CACHE_LOCK:
+            _CACHE[key] = (stamp, vectors)
+        return vectors
+
+
+# ids, sessions, where each round's vectors start, the vectors
+_Vectors = tuple[
+    "npt.NDArray[np.int64]", "npt.NDArray[Any]", "npt.NDArray[np.int64]", "npt.NDArray[np.float32]"
+]
+_CACHE: dict[tuple[str, str, str], tuple[tuple[Any, ...], _Vectors | None]] = {}
+_CACHE_LOCK = threading.Lock()

@@ -1,0 +1,233 @@
+"""Issue 12: episodic memory (rounds of past sessions), imports, and the block's third part."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from conftest import run_cli
+from daemonhelp import daemon
+
+from oryxmem.config import Config, set_value
+from oryxmem.errors import InvalidFieldError, TranscriptChangedError
+from oryxmem.index.episodes import ROUND_CHARS, USER_CHARS, rounds
+from oryxmem.prompt import EPISODES_HEADING
+from oryxmem.service import MemoryService
+from oryxmem.workspace import Workspace
+
+
+def talk(service: MemoryService, agent: str, *pairs: tuple[str, str]) -> str:
+    session = service.create_session(agent).id
+    for user, reply in pairs:
+        service.append_message(session, "user", user)
+        service.append_message(session, "assistant", reply)
+    return session
+
+
+def test_a_round_is_a_user_message_and_its_replies_cut_to_size() -> None:
+    messages = [
+        {"role": "system", "content": "be brief", "at": "2026-11-01 09:00:00"},
+        {"role": "user", "content": "x" * 5000, "at": "2026-11-01 09:00:01"},
+        {"role": "assistant", "content": "first reply"},
+        {"role": "tool", "content": "y" * 5000},
+        {"role": "user", "content": "and   then?", "at": "2026-11-01 09:05:00"},
+    ]
+    made = rounds(messages)
+    assert [r.number for r in made] == [0, 1, 2]
+    assert made[0].text == "system: be brief"  # what came before the first user message
+    assert made[1].at == "2026-11-01 09:00:01" and made[1].first_message == 1
+    assert len(made[1].text) <= ROUND_CHARS and "first reply" in made[1].text
+    assert made[1].text.splitlines()[0] == "user: " + "x" * (USER_CHARS - 1) + "…"
+    assert made[2].text == "user: and then?"
+
+
+def test_rounds_are_found_as_messages_are_appended_and_other_sessions_only_on_request(
+    service: MemoryService,
+) -> None:
+    old = talk(service, "a", ("which database do we use?", "PostgreSQL 16 with pgvector"))
+    now = talk(service, "a", ("hello", "hi"))
+    hits = service.search_episodes("a", "what database is it")
+    assert hits[0].session == old and "PostgreSQL" in hits[0].text and hits[0].round == 0
+    # the last round grows: a reply appended later is found too
+    service.append_message(now, "user", "and the cache?")
+    assert not any("Redis" in h.text for h in service.search_episodes("a", "Redis cache"))
+    service.append_message(now, "assistant", "Redis, on the same host")
+    hit = service.search_episodes("a", "Redis cache")[0]
+    assert hit.session == now and hit.round == 1 and "Redis" in hit.text
+    assert all(h.session != now for h in service.search_episodes("a", "Redis cache", 5, now))
+    assert service.search_episodes("b", "database") == []  # another agent's are not its
+
+
+def test_the_episode_index_is_derived_dropped_it_is_made_again(service: MemoryService) -> None:
+    talk(service, "a", ("where is the staging server?", "staging runs on hetzner-2"))
+    before = [(h.session, h.round, h.text) for h in service.search_episodes("a", "staging")]
+    service.episodes.drop(service.db)
+    assert service.index_summary()["episodes"]["pending"] == 1
+    service.reindex()
+    assert [(h.session, h.round, h.text) for h in service.search_episodes("a", "staging")] == before
+    assert service.index_summary()["episodes"]["pending"] == 0
+
+
+def jsonl(path: Path, messages: list[dict[str, str]]) -> Path:
+    path.write_text("".join(json.dumps(m) + "\n" for m in messages))
+    return path
+
+
+def claude_file(path: Path, session: str, turns: list[tuple[str, str]]) -> Path:
+    lines = [{"type": "summary", "summary": "x", "leafUuid": "1"}]
+    for n, (user, reply) in enumerate(turns):
+        stamp = f"2026-10-0{n + 1}T08:00:00.000Z"
+        lines.append(
+            {
+                "type": "user",
+                "sessionId": session,
+                "timestamp": stamp,
+                "message": {"role": "user", "content": user},
+            }
+        )
+        lines.append(
+            {
+                "type": "assistant",
+                "sessionId": session,
+                "timestamp": stamp,
+                "message": {
+                    "role": "assistant",
+                    "content": [
+                        {"type": "thinking", "thinking": "hidden"},
+                        {"type": "text", "text": reply},
+                        {"type": "tool_use", "id": "t", "name": "Bash", "input": {}},
+                    ],
+                },
+            }
+        )
+        lines.append(
+            {
+                "type": "user",
+                "sessionId": session,
+                "timestamp": stamp,
+                "message": {
+                    "role": "user",
+                    "content": [{"type": "tool_result", "tool_use_id": "t", "content": "ok"}],
+                },
+            }
+        )
+        lines.append(
+            {
+                "type": "assistant",
+                "sessionId": session,
+                "isSidechain": True,
+                "message": {"role": "assistant", "content": "a subagent"},
+            }
+        )
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return path
+
+
+def test_importing_jsonl_and_claude_code_transcripts_twice_adds_nothing(
+    service: MemoryService, tmp_path: Path
+) -> None:
+    plain = jsonl(
+        tmp_path / "chat.jsonl",
+        [
+            {"role": "user", "content": "what is the deploy command?", "ts": "2026-09-01 10:00:00"},
+            {"role": "assistant", "content": "make deploy ENV=prod"},
+        ],
+    )
+    project = tmp_path / "project"
+    project.mkdir()
+    claude_file(
+        project / "abc.jsonl", "abc-123", [("fix the flaky login test", "retried the fixture")]
+    )
+    report = service.import_sessions([plain, project], "a")
+    assert [r["added"] for r in report] == [2, 2]
+    assert [r["kind"] for r in report] == ["jsonl", "claude-code"]
+    claude = service.sessions.messages(report[1]["session"])
+    assert [m["content"] for m in claude] == ["fix the flaky login test", "retried the fixture"]
+    assert claude[0]["at"].startswith("2026-10-01")
+    assert [r["added"] for r in service.import_sessions([plain, project], "a")] == [0, 0]
+    # the Claude session went on: only what it gained comes in
+    claude_file(
+        project / "abc.jsonl",
+        "abc-123",
+        [("fix the flaky login test", "retried the fixture"), ("and the docs?", "updated")],
+    )
+    assert [r["added"] for r in service.import_sessions([project], "a")] == [2]
+    assert service.db.execute("SELECT count(*) FROM sessions").fetchone()[0] == 2
+    assert "deploy ENV=prod" in service.search_episodes("a", "how do we deploy")[0].text
+
+
+def test_a_bad_transcript_imports_nothing(service: MemoryService, tmp_path: Path) -> None:
+    good = jsonl(tmp_path / "good.jsonl", [{"role": "user", "content": "hi"}])
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"role": "user", "content": "ok"}\n{"role": "wizard", "content": "x"}\n')
+    with pytest.raises(InvalidFieldError, match=r"bad\.jsonl:2"):
+        service.import_sessions([good, bad], "a")
+    assert service.db.execute("SELECT count(*) FROM sessions").fetchone()[0] == 0
+    service.import_sessions([good], "a")
+    jsonl(good, [{"role": "user", "content": "something else"}])
+    with pytest.raises(TranscriptChangedError):
+        service.import_sessions([good], "a")
+
+
+def test_the_block_for_a_query_holds_rounds_of_other_sessions_within_their_budget(
+    workspace: Workspace,
+) -> None:
+    set_value(workspace.config_path, "episodic.max_chars", "400")
+    service = MemoryService(workspace, Config.load(workspace.config_path))
+    service.save("a", "an unrelated note")
+    old = talk(service, "a", ("the release is blocked on the Windows installer", "I'll sign it"))
+    for n in range(10):
+        talk(service, "a", (f"noise {n} about the Windows installer", "x" * 300))
+    now = talk(service, "a", ("is the Windows installer signed?", "checking"))
+    block = service.build_context("a", session=now, query="is the Windows installer signed?")
+    episodes = block.split(EPISODES_HEADING + "\n")[1]
+    assert now[:12] not in episodes  # the current session is the history, not an episode
+    assert sum(len(line) + 1 for line in episodes.splitlines()) <= 400
+    assert old[:12] in episodes or "noise" in episodes
+    assert "## 归档记忆\n" in block
+    assert EPISODES_HEADING not in service.build_context("a")  # no query: today's block
+    service.close()
+
+
+def test_episodes_over_the_socket_and_the_cli(workspace: Workspace, tmp_path: Path) -> None:
+    transcript = jsonl(
+        tmp_path / "t.jsonl",
+        [
+            {"role": "user", "content": "which port does the api listen on?"},
+            {"role": "assistant", "content": "8443, behind the proxy"},
+        ],
+    )
+    assert run_cli("sessions", "import", "--agent", "a", str(transcript)).returncode == 0
+    with daemon(workspace, tmp_path / "daemon.log") as running:
+        status, reply = running.curl("-XPOST", "-d", '{"agent": "a"}', "http://x/api/v1/sessions")
+        session = reply["data"]["id"]
+        for role, content in (("user", "what colour is the logo?"), ("assistant", "teal")):
+            running.curl(
+                "-d",
+                json.dumps({"role": role, "content": content}),
+                f"http://x/api/v1/sessions/{session}/messages",
+            )
+        deadline = time.monotonic() + 20
+        while True:  # the indexer takes the new round in
+            status, reply = running.curl(
+                "--get",
+                "--data-urlencode",
+                "q=logo colour",
+                "http://x/api/v1/agents/a/episodes/search",
+            )
+            assert status == 200, reply
+            hits = reply["data"]["episodes"]
+            if hits and hits[0]["session"] == session:
+                break
+            assert time.monotonic() < deadline, hits
+            time.sleep(0.2)
+        assert hits[0]["round"] == 0 and "teal" in hits[0]["text"]
+        out = run_cli("episodes", "search", "--agent", "a", "api port", "--json")
+        assert out.returncode == 0, out.stderr
+        assert "8443" in json.loads(out.stdout)["episodes"][0]["text"]
+    again = run_cli("sessions", "import", "--agent", "a", str(transcript))
+    assert again.returncode == 0 and "nothing new" in again.stdout
+    alone = run_cli("episodes", "search", "--agent", "a", "logo")
+    assert alone.returncode == 0 and "teal" in alone.stdout
