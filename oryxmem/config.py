@@ -136,6 +136,35 @@ SETTINGS: tuple[Setting, ...] = (
         _positive,
     ),
     Setting(
+        "summarize.digest_percent",
+        20,
+        int,
+        "percent of the archival budget a block built for a query gives to the digest of"
+        " the older entries it cannot show whole (0: none)",
+        lambda value: None if 0 <= value <= 50 else "must be from 0 to 50",
+    ),
+    Setting(
+        "summarize.llm_url",
+        "",
+        str,
+        "an OpenAI-compatible chat server that writes the digest, e.g. http://127.0.0.1:11434"
+        " (ollama); empty: the digest is made offline",
+    ),
+    Setting("summarize.llm_model", "", str, "the model name to ask summarize.llm_url for"),
+    Setting(
+        "summarize.llm_key_env",
+        "",
+        str,
+        "the environment variable that holds summarize.llm_url's API key, if any",
+    ),
+    Setting(
+        "summarize.llm_timeout_seconds",
+        5,
+        int,
+        "how long a block waits for the model's digest before it uses the offline one",
+        _positive,
+    ),
+    Setting(
         "prompt.bootstrap_files",
         "USER.md",
         str,

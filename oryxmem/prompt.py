@@ -20,11 +20,12 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from oryxmem.digest import Digest, Folds, digest, fold_key
 from oryxmem.errors import OryxError
 from oryxmem.fileio import open_regular
 from oryxmem.index.episodes import EpisodeHit
@@ -32,7 +33,7 @@ from oryxmem.store.format import ARCHIVAL, CANONICAL_HEADINGS, CORE, Entry
 
 # The share of the archival budget the relevant entries may take with a query; what
 # they leave goes to the newest. Chosen on the LoCoMo dev set (bench/context_quality.py).
-RELEVANT_SHARE = 0.75
+RELEVANT_SHARE = 0.6
 RELEVANT_NOTE = "(chosen for relevance to the current message, oldest first:)"
 NEWEST_NOTE = "(the newest:)"
 
@@ -49,10 +50,21 @@ class ArchivalPart:
     relevant: list[Entry] = field(default_factory=list)
     newest: list[Entry] = field(default_factory=list)
     omitted: int = 0
+    digest: Digest | None = None
 
 
 def _cost(line: str) -> int:
     return len(line) + 1  # with its line break
+
+
+def _all_fit(archival: Sequence[Entry], limit: int) -> bool:
+    """Do all of these entries fit the limit? (Reads only as many as the limit holds.)"""
+    used = 0
+    for entry in reversed(archival):
+        used += _cost(entry.render())
+        if used > limit:
+            return False
+    return True
 
 
 def archival_for_query(
@@ -60,25 +72,38 @@ def archival_for_query(
     ranked: Sequence[Entry],
     limit: int,
     share: float = RELEVANT_SHARE,
+    digest_share: float = 0.0,
+    folds: Callable[[int], Folds] | None = None,
+    rewrite: Callable[[Digest, int], list[str] | None] | None = None,
 ) -> ArchivalPart:
     """The archival part of a block for a query: the best-ranked entries that fit
-    ``share`` of ``limit`` (each whole, in the file's order), then the newest that
-    fit what is left; the notes that say which is which count against the limit."""
+    ``share`` of ``limit`` (each whole, one of each set of near-duplicates, in the
+    file's order), the newest that fit what is left but ``digest_share``, and a digest
+    of the entries older than those (digest.py) in the rest; the notes that say which is
+    which count against the limit. ``folds(upto)`` gives the folds of archival[:upto];
+    ``rewrite(digest, chars)`` may give the digest's lines as a model writes them."""
     part = ArchivalPart()
     order = {entry.entry_id: at for at, entry in enumerate(archival)}
+    whole = _all_fit(archival, limit)
     room = int(limit * share) - _cost(RELEVANT_NOTE)
     chosen: set[str] = set()
+    kinds: set[str] = set()
     for entry in ranked:
         if entry.entry_id in chosen or entry.entry_id not in order:
             continue
+        kind = fold_key(entry.content)
         cost = _cost(entry.render())
-        if cost <= room:
+        if cost <= room and kind not in kinds:
             part.relevant.append(entry)
             chosen.add(entry.entry_id)
+            kinds.add(kind)
             room -= cost
     used = _cost(RELEVANT_NOTE) + sum(_cost(e.render()) for e in part.relevant) if chosen else 0
-    room = limit - used - _cost(NEWEST_NOTE)
-    for entry in reversed(archival):
+    reserved = 0 if whole or folds is None else int(limit * digest_share)
+    room = limit - used - _cost(NEWEST_NOTE) - reserved
+    start = len(archival)
+    for at in range(len(archival) - 1, -1, -1):
+        entry = archival[at]
         if entry.entry_id in chosen:
             continue
         cost = _cost(entry.render())
@@ -86,13 +111,22 @@ def archival_for_query(
             break
         part.newest.append(entry)
         room -= cost
+        start = at
     part.newest.reverse()
     part.relevant.sort(key=lambda entry: order[entry.entry_id])
     part.omitted = len(archival) - len(part.relevant) - len(part.newest)
+    if part.omitted and folds is not None and reserved:
+        shown = {e.entry_id for e in part.relevant}
+        part.digest = digest(folds(start), archival, room + reserved, shown)
+        written = rewrite(part.digest, room + reserved) if rewrite and part.digest.lines else None
+        if written:
+            part.digest = replace(part.digest, lines=written)
     if part.omitted:
         part.lines.append(omitted_note(part.omitted))
     if part.relevant:
         part.lines += [RELEVANT_NOTE, *(entry.render() for entry in part.relevant)]
+    if part.digest is not None:
+        part.lines += part.digest.lines
     if part.newest:
         part.lines += [NEWEST_NOTE, *(entry.render() for entry in part.newest)]
     return part

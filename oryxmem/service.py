@@ -20,11 +20,13 @@ import sqlite3
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from oryxmem.clock import clock_for
 from oryxmem.config import Config
+from oryxmem.digest import folds_for
 from oryxmem.errors import (
     EmbedderUnavailableError,
     EmptyContentError,
@@ -76,6 +78,7 @@ from oryxmem.store.format import (
 from oryxmem.store.markdown import Append, MarkdownFiles, MarkdownMemoryStore
 from oryxmem.store.sessions import SessionInfo, SessionStore, record_tool_invocation
 from oryxmem.store.transcripts import read_transcript, transcript_files
+from oryxmem.summarize import Server, model_lines
 from oryxmem.workspace import (
     GLOBAL_AGENT,
     AgentRef,
@@ -730,7 +733,6 @@ class MemoryService:
         """The memory block of the prompt (prompt.py): core whole, both headings always;
         archival the newest that fit, or with a query the most relevant beside them."""
         ref = self.resolve(agent)
-        limit = self.config.archival_limit_chars
         if query is None or not query.strip():
             snapshot = self.reader(ref).load()
             core = snapshot.core
@@ -739,11 +741,25 @@ class MemoryService:
             )
             part.lines += snapshot.archival.lines
         else:
-            core, archival = self.reader(ref).entries()
-            part = archival_for_query(archival, self.relevant_entries(ref, query), limit)
+            core, _ = self.reader(ref).entries()
+            part = self.archival_part(ref, query)
             episodes = self.relevant_episodes(ref, query, session)
             return memory_block(core, part, episodes_part(episodes, self.config.episodic_max_chars))
         return memory_block(core, part)
+
+    def archival_part(self, ref: AgentRef, query: str) -> ArchivalPart:
+        """The archival part of a block built for a query (prompt.archival_for_query)."""
+        _, archival = self.reader(ref).entries()
+        owner = str(self.workspace.db_path)
+        server = Server.of(self.config)
+        return archival_for_query(
+            archival,
+            self.relevant_entries(ref, query),
+            self.config.archival_limit_chars,
+            digest_share=int(self.config.get("summarize.digest_percent")) / 100,
+            folds=lambda upto: folds_for(owner, ref.agent, archival, upto),
+            rewrite=None if server is None else partial(model_lines, server),
+        )
 
     def relevant_episodes(self, ref: AgentRef, query: str, session: str | None) -> list[EpisodeHit]:
         """The rounds of the agent's other sessions best for a query (a block's third part)."""

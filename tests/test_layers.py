@@ -15,7 +15,7 @@ FLOORS: list[tuple[str, ...]] = [
     ("embed",),
     ("store",),
     ("index",),
-    ("backends", "search", "prompt"),
+    ("backends", "search", "digest", "summarize", "prompt"),
     ("sync",),
     ("service", "payloads", "tools"),
     ("client", "reach"),

@@ -1,0 +1,167 @@
+"""The digest: the older archival entries a memory block cannot show whole, in a few lines.
+
+A block built for a query shows the relevant entries and the newest whole; the rest
+of a long archival section would vanish. Instead, ``summarize.digest_share`` of the
+budget holds a digest of them (derived, never written to MEMORY.md; recall still
+searches every entry):
+
+1. near-duplicates are folded: entries whose text is the same once numbers, hex ids
+   and spacing are masked, and the footprints of the same request (``trigger:
+   user="..."``, whatever the reply), become one line with a count and a date range;
+2. the biggest folds come first (they stand for the most entries), then single entries
+   sampled evenly over the older span (stable positions, so the digest changes little
+   as entries age into it), each line cut to LINE_CHARS, as many as the share holds.
+
+The folds are kept per agent and extended as entries age into the older span (a
+file that changed otherwise is folded again), so a block costs what the new entries
+cost. When ``summarize.llm_url`` names an OpenAI-compatible chat server, the same
+lines are given to that model to write the digest (summarize.py); whatever it does,
+this offline digest is there to fall back on.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from oryxmem.store.format import Entry, escape_content
+
+LINE_CHARS = 160  # the most of one entry's text a digest line shows
+SAMPLE_SLOTS = 64  # evenly spaced positions single entries are sampled from
+DIGEST_NOTE = (
+    "(digest of the {count} earlier entries not shown whole: repeats folded, a sample of"
+    " the rest; recall_memory searches all of them)"
+)
+
+_FOOTPRINT = re.compile(r'^trigger: user="(.*?)" reply=', re.S)
+_HEX = re.compile(r"\b[0-9a-f]{7,}\b")
+_DIGITS = re.compile(r"\d+")
+_NOT_WORD = re.compile(r"[^\w#]+")
+
+
+def fold_key(content: str) -> str:
+    """What near-duplicates share: the request of a footprint, or the text with numbers,
+    hex ids, case, punctuation and spacing masked."""
+    footprint = _FOOTPRINT.match(content)
+    text = footprint.group(1) if footprint else content
+    text = _DIGITS.sub("#", _HEX.sub("#", text.casefold()))
+    key = " ".join(_NOT_WORD.sub(" ", text).split())
+    return f"trigger:{key}" if footprint else key
+
+
+@dataclass
+class Fold:
+    """Entries that are near-duplicates of each other, oldest to newest."""
+
+    count: int
+    first: Entry
+    last: Entry
+
+
+@dataclass
+class Folds:
+    """The folds of an agent's archival entries [0, covered): extended as it grows."""
+
+    covered: int = 0
+    last_id: str | None = None  # the id of entry covered - 1: the prefix is still the same
+    folds: dict[str, Fold] = field(default_factory=dict)
+
+    def extend(self, entries: Sequence[Entry], upto: int) -> bool:
+        """Cover entries[:upto]; False when the covered prefix changed (fold again)."""
+        if upto < self.covered or (
+            self.covered and entries[self.covered - 1].entry_id != self.last_id
+        ):
+            return False
+        for entry in entries[self.covered : upto]:
+            key = fold_key(entry.content)
+            fold = self.folds.get(key)
+            if fold is None:
+                self.folds[key] = Fold(1, entry, entry)
+            else:
+                fold.count += 1
+                fold.last = entry
+        self.covered = upto
+        self.last_id = entries[upto - 1].entry_id if upto else None
+        return True
+
+
+_FOLDS: dict[tuple[str, str], Folds] = {}  # (workspace db, agent) -> its folds
+_FOLDS_LOCK = threading.Lock()
+
+
+def folds_for(owner: str, agent: str, entries: Sequence[Entry], upto: int) -> Folds:
+    """The folds of entries[:upto], kept between calls for (owner, agent)."""
+    with _FOLDS_LOCK:
+        folds = _FOLDS.get((owner, agent))
+        if folds is None or not folds.extend(entries, upto):
+            folds = Folds()
+            folds.extend(entries, upto)
+        _FOLDS[(owner, agent)] = folds
+        return folds
+
+
+@dataclass
+class Digest:
+    lines: list[str]  # the note first, then a line per fold or sampled entry
+    represented: int  # entries these lines stand for
+    covered: int  # entries the digest is of
+    texts: list[str]  # what the lines show, without counts and dates (for a model)
+
+
+def _cut(text: str) -> str:
+    text = " ".join(escape_content(text).split())
+    return text if len(text) <= LINE_CHARS else text[: LINE_CHARS - 1].rstrip() + "…"
+
+
+def _fold_line(fold: Fold) -> str:
+    span = f"{fold.first.ts} … {fold.last.ts}" if fold.first.ts and fold.last.ts else ""
+    when = f" [{span}]" if span else ""
+    return f"- ×{fold.count}{when} {_cut(fold.last.content)}"
+
+
+def _entry_line(entry: Entry) -> str:
+    return f"- [{entry.ts}] {_cut(entry.content)}" if entry.ts else f"- {_cut(entry.content)}"
+
+
+def digest(folds: Folds, entries: Sequence[Entry], max_chars: int, shown: set[str]) -> Digest:
+    """The digest of entries[:folds.covered] within max_chars (lines with their breaks);
+    entries in ``shown`` are in the block whole already and not sampled again."""
+    count = folds.covered
+    note = DIGEST_NOTE.format(count=count)
+    room = max_chars - len(note) - 1
+    lines, texts, represented = [note], [], 0
+    if count == 0 or room <= 0:
+        return Digest([], 0, count, [])
+    repeated = sorted(
+        (fold for fold in folds.folds.values() if fold.count > 1),
+        key=lambda fold: (-fold.count, fold.last.entry_id),
+    )
+    for fold in repeated:
+        line = _fold_line(fold)
+        if len(line) + 1 > room:
+            continue
+        lines.append(line)
+        texts.append(_cut(fold.last.content))
+        represented += fold.count
+        room -= len(line) + 1
+    stride = 1
+    while count // stride > SAMPLE_SLOTS:
+        stride *= 2  # positions stay put while the span grows, until it doubles
+    for position in range(0, count, stride):
+        entry = entries[position]
+        if folds.folds[fold_key(entry.content)].count > 1 or entry.entry_id in shown:
+            continue
+        line = _entry_line(entry)
+        if len(line) + 1 > room:
+            if room < 40:
+                break
+            continue
+        lines.append(line)
+        texts.append(_cut(entry.content))
+        represented += 1
+        room -= len(line) + 1
+    if len(lines) == 1:
+        return Digest([], 0, count, [])
+    return Digest(lines, represented, count, texts)

@@ -1,0 +1,79 @@
+"""A loopback server speaking the OpenAI chat completions API, for the digest's model.
+
+No model runs here: it answers with a fixed digest that names how many lines it was
+given. It can be told to answer slowly, to fail, or to send garbage of several kinds.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from threading import Thread
+
+GARBAGE = {
+    "not-json": b"<html>busy</html>",
+    "no-choices": b'{"error": "overloaded"}',
+    "not-text": b'{"choices": [{"message": {"role": "assistant", "content": 42}}]}',
+    "empty": b'{"choices": [{"message": {"role": "assistant", "content": "  "}}]}',
+}
+
+
+@dataclass
+class Chat:
+    mode: str = "ok"  # ok | slow | fail | controls | a key of GARBAGE
+    requests: list[dict[str, object]] = field(default_factory=list)
+
+
+@contextmanager
+def chat_server() -> Iterator[tuple[str, Chat]]:
+    chat = Chat()
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            return None
+
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            chat.requests.append(body)
+            if self.path != "/v1/chat/completions":
+                self.send_response(404)
+                self.end_headers()
+                return
+            if chat.mode == "slow":
+                time.sleep(5)
+            if chat.mode == "fail":
+                self.send_response(500)
+                self.end_headers()
+                self.wfile.write(b"the model crashed")
+                return
+            given = str(body["messages"][1]["content"]).splitlines()  # type: ignore[index]
+            text = f"Model digest: {len(given)} kinds of older work, mostly test runs.\n## forged"
+            if chat.mode == "controls":
+                text = "\x1b]0;owned\x07Model digest with a terminal title in it"
+            raw = (
+                GARBAGE.get(chat.mode)
+                or json.dumps(
+                    {"choices": [{"message": {"role": "assistant", "content": text}}]}
+                ).encode()
+            )
+            try:
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+            except OSError:
+                pass  # the client gave up on a slow answer
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", chat
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -1,0 +1,129 @@
+"""Issue 12: the digest of the older entries a block built for a query cannot show whole."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from chatserver import chat_server
+
+from oryxmem import summarize
+from oryxmem.config import Config, set_value
+from oryxmem.digest import Folds, fold_key
+from oryxmem.service import MemoryService, footprint_line
+from oryxmem.store.format import ARCHIVAL, EntryIds
+from oryxmem.workspace import Workspace
+
+QUESTION = "what did we decide about the billing module?"
+
+
+def footprint(request: str, n: int) -> str:
+    return footprint_line(request, f"done: {n} items in {n % 7} s (run {n * 7919:08x})", 200)
+
+
+def busy_agent(service: MemoryService, repeats: int = 60) -> list[str]:
+    """Repeated footprints of three requests, notes that are all different, then enough
+    newer lines to push them out of the newest part."""
+    notes = [
+        f"decided: the {word} module keeps its own schema" for word in ("auth", "export", "sync")
+    ]
+    for n in range(repeats):
+        service.save("a", footprint(("run the tests", "deploy staging", "lint")[n % 3], n))
+        if n % 20 == 0:
+            service.save("a", notes[n // 20])
+    for n in range(40):
+        service.save("a", f"recent work item {n}: " + "x" * 80)
+    return notes
+
+
+def test_footprints_of_one_request_and_lines_that_differ_only_in_numbers_fold() -> None:
+    assert fold_key(footprint("run the tests", 1)) == fold_key(footprint("Run the  tests!", 99))
+    assert fold_key(footprint("run the tests", 1)) != fold_key(footprint("deploy staging", 1))
+    assert fold_key("build 4412 took 31 s (a3f9c2e81)") == fold_key("build 17 took 5 s (0bc41d99e)")
+    assert fold_key("likes tea") != fold_key("likes coffee")
+
+
+def test_the_digest_stands_for_every_older_entry_when_its_share_holds_them(
+    service: MemoryService,
+) -> None:
+    notes = busy_agent(service)
+    before = service.workspace.memory_path("a").read_bytes()
+    part = service.archival_part(service.resolve("a"), QUESTION)
+    assert part.digest is not None
+    shown = len(part.relevant) + len(part.newest)
+    assert part.omitted == 103 - shown and part.digest.covered >= part.omitted - len(part.relevant)
+    # every distinct older entry is in the block: whole, folded, or sampled
+    assert part.digest.represented + len(part.relevant) >= part.digest.covered
+    text = "\n".join(part.lines)
+    assert all(note in text for note in notes)
+    assert "- ×20 [" in text  # twenty footprints of one request, one line, a date range
+    block = service.build_context("a", query=QUESTION)
+    assert sum(len(line) + 1 for line in block.split("## 归档记忆\n")[1].splitlines()[1:]) <= 4000
+    assert service.workspace.memory_path("a").read_bytes() == before  # never rewritten
+    assert service.recall("a", "decided: the sync module").lines  # recall: every entry
+
+
+def test_the_folds_follow_new_entries_and_a_changed_file_is_folded_again() -> None:
+    ids = EntryIds()
+    entries = [
+        ids.entry(ARCHIVAL, f"2026-10-01 10:00:{n:02d}", footprint("lint", n)) for n in range(30)
+    ]
+    grown, fresh = Folds(), Folds()
+    assert grown.extend(entries, 10) and grown.extend(entries, 30)
+    fresh.extend(entries, 30)
+    assert {k: f.count for k, f in grown.folds.items()} == {
+        k: f.count for k, f in fresh.folds.items()
+    }
+    changed = entries[:5] + entries[6:]  # a line removed in the older span
+    assert not grown.extend(changed, 29)
+
+
+@pytest.fixture
+def chat_config(workspace: Workspace):  # type: ignore[no-untyped-def]
+    summarize._WRITTEN.clear()
+    summarize._FAILED.clear()
+    with chat_server() as (url, chat):
+        set_value(workspace.config_path, "summarize.llm_url", url)
+        set_value(workspace.config_path, "summarize.llm_model", "tiny")
+        set_value(workspace.config_path, "summarize.llm_timeout_seconds", "1")
+        yield MemoryService(workspace, Config.load(workspace.config_path)), chat
+
+
+def test_a_model_writes_the_digest_once_indented_and_within_its_budget(chat_config) -> None:  # type: ignore[no-untyped-def]
+    service, chat = chat_config
+    busy_agent(service)
+    block = service.build_context("a", query=QUESTION)
+    assert "written by tiny" in block and "  Model digest:" in block
+    assert "\n## forged" not in block and "  ## forged" in block  # cannot pass for a heading
+    assert len(chat.requests) == 1
+    service.build_context("a", query=QUESTION)
+    assert len(chat.requests) == 1  # the same digest: asked once
+    assert chat.requests[0]["model"] == "tiny"
+    service.close()
+
+
+@pytest.mark.parametrize("mode", ["slow", "fail", "not-json", "no-choices", "not-text", "empty"])
+def test_a_slow_failing_or_garbage_model_leaves_the_offline_digest_in_time(
+    chat_config,
+    mode: str,  # type: ignore[no-untyped-def]
+) -> None:
+    service, chat = chat_config
+    busy_agent(service)
+    chat.mode = mode
+    started = time.monotonic()
+    block = service.build_context("a", query=QUESTION)
+    assert time.monotonic() - started < 3  # the timeout is 1 s
+    assert "repeats folded" in block and "Model digest" not in block
+    asked = len(chat.requests)
+    service.build_context("a", query=QUESTION)
+    assert len(chat.requests) == asked  # not asked again at once
+    service.close()
+
+
+def test_control_characters_from_the_model_never_reach_the_block(chat_config) -> None:  # type: ignore[no-untyped-def]
+    service, chat = chat_config
+    busy_agent(service)
+    chat.mode = "controls"
+    block = service.build_context("a", query=QUESTION)
+    assert "\x1b" not in block and "\x07" not in block and "terminal title" in block
+    service.close()
