@@ -132,11 +132,12 @@ def run(args: argparse.Namespace) -> list[Figure]:
             times.append((time.perf_counter() - started) * 1000)
         service.close()
     digest = part.digest.represented if part.digest else 0
-    ours = len(part.relevant) + len(part.newest) + digest
+    ours = len(part.relevant) + len(part.newest) + part.repeats + digest
     lines = len(part.digest.lines) - 1 if part.digest else 0
     print(
         f"today's cut: {today} entries; with the question: {len(part.relevant)} relevant,"
-        f" {len(part.newest)} newest, {digest} in the digest's {lines} lines, of {len(archival)}"
+        f" {len(part.newest)} newest (standing for {part.repeats} repeats too), {digest} in the"
+        f" digest's {lines} lines, of {len(archival)}"
     )
     return [
         Figure("today's cut: entries in 4000 characters", today, ""),

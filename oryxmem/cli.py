@@ -396,9 +396,8 @@ def episodes_search(
         emit_json(data)
         return
     for hit in data["episodes"]:
-        click.echo(
-            f"{hit['score']:.3f}  {hit['at'] or ''}  session {hit['session']} round {hit['round']}"
-        )
+        where = f"session {hit['session'][:12]} round {hit['round']}"
+        click.echo(f"{hit['score']:.3f}  {hit['at'] or ''}  {where}")
         for line in hit["text"].splitlines():
             click.echo(f"    {terminal_safe(line)}")
 
@@ -441,9 +440,7 @@ def sessions_import(
         return
     for item in report:
         what = f"{item['added']} messages" if item["added"] else "nothing new"
-        click.echo(
-            f"{terminal_safe(item['file'])}: {what} ({item['kind']}, session {item['session']})"
-        )
+        click.echo(f"{terminal_safe(item['file'])}: {what} ({item['kind']})")
 
 
 @cli.command()

@@ -25,6 +25,7 @@ import re
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from oryxmem.store.format import Entry, escape_content
 
@@ -41,12 +42,26 @@ _DIGITS = re.compile(r"\d+")
 _NOT_WORD = re.compile(r"[^\w#]+")
 
 
+@lru_cache(maxsize=1 << 16)
 def fold_key(content: str) -> str:
-    """What near-duplicates share: the request of a footprint, or the text with numbers,
-    hex ids, case, punctuation and spacing masked."""
+    """What near-duplicates share (the digest folds them): the request of a footprint,
+    or the text with numbers, hex ids, case, punctuation and spacing masked."""
+    return _key(content, mask_numbers=True)
+
+
+@lru_cache(maxsize=1 << 16)
+def repeat_key(content: str) -> str:
+    """What repeats share (a block shows one of them whole): the request of a footprint,
+    or the text with case, punctuation and spacing masked (numbers count: 'tagged v1.4'
+    is no repeat of 'tagged v1.5')."""
+    return _key(content, mask_numbers=False)
+
+
+def _key(content: str, *, mask_numbers: bool) -> str:
     footprint = _FOOTPRINT.match(content)
-    text = footprint.group(1) if footprint else content
-    text = _DIGITS.sub("#", _HEX.sub("#", text.casefold()))
+    text = (footprint.group(1) if footprint else content).casefold()
+    if mask_numbers:
+        text = _DIGITS.sub("#", _HEX.sub("#", text))
     key = " ".join(_NOT_WORD.sub(" ", text).split())
     return f"trigger:{key}" if footprint else key
 
@@ -127,9 +142,10 @@ def _entry_line(entry: Entry) -> str:
 
 def digest(folds: Folds, entries: Sequence[Entry], max_chars: int, shown: set[str]) -> Digest:
     """The digest of entries[:folds.covered] within max_chars (lines with their breaks);
-    entries in ``shown`` are in the block whole already and not sampled again."""
+    entries in ``shown`` (of that span) are in the block whole already and not sampled
+    again."""
     count = folds.covered
-    note = DIGEST_NOTE.format(count=count)
+    note = DIGEST_NOTE.format(count=count - len(shown))
     room = max_chars - len(note) - 1
     lines, texts, represented = [note], [], 0
     if count == 0 or room <= 0:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from oryxmem.digest import Digest, Folds, digest, fold_key
+from oryxmem.digest import Digest, Folds, digest, repeat_key
 from oryxmem.errors import OryxError
 from oryxmem.fileio import open_regular
 from oryxmem.index.episodes import EpisodeHit
@@ -35,11 +35,15 @@ from oryxmem.store.format import ARCHIVAL, CANONICAL_HEADINGS, CORE, Entry
 # they leave goes to the newest. Chosen on the LoCoMo dev set (bench/context_quality.py).
 RELEVANT_SHARE = 0.6
 RELEVANT_NOTE = "(chosen for relevance to the current message, oldest first:)"
-NEWEST_NOTE = "(the newest:)"
+NEWEST_NOTE = "(the newest, one of each kind:)"
+NEWEST_SCAN = 2000  # the newest part looks no further back than this for room
 
 
-def omitted_note(count: int) -> str:
-    return f"({count} earlier archival entries not shown; recall_memory searches all of them)"
+def omitted_note(count: int, repeats: int = 0) -> str:
+    of_them = f", {repeats} of them repeats of lines below" if repeats else ""
+    return (
+        f"({count} earlier archival entries not shown{of_them}; recall_memory searches all of them)"
+    )
 
 
 @dataclass
@@ -50,6 +54,7 @@ class ArchivalPart:
     relevant: list[Entry] = field(default_factory=list)
     newest: list[Entry] = field(default_factory=list)
     omitted: int = 0
+    repeats: int = 0  # near-duplicates of shown lines, left out (the newest part)
     digest: Digest | None = None
 
 
@@ -83,15 +88,18 @@ def archival_for_query(
     which count against the limit. ``folds(upto)`` gives the folds of archival[:upto];
     ``rewrite(digest, chars)`` may give the digest's lines as a model writes them."""
     part = ArchivalPart()
+    if _all_fit(archival, limit):  # nothing to choose: every entry, as without a query
+        part.newest = list(archival)
+        part.lines = [entry.render() for entry in archival]
+        return part
     order = {entry.entry_id: at for at, entry in enumerate(archival)}
-    whole = _all_fit(archival, limit)
     room = int(limit * share) - _cost(RELEVANT_NOTE)
     chosen: set[str] = set()
     kinds: set[str] = set()
     for entry in ranked:
         if entry.entry_id in chosen or entry.entry_id not in order:
             continue
-        kind = fold_key(entry.content)
+        kind = repeat_key(entry.content)
         cost = _cost(entry.render())
         if cost <= room and kind not in kinds:
             part.relevant.append(entry)
@@ -99,30 +107,36 @@ def archival_for_query(
             kinds.add(kind)
             room -= cost
     used = _cost(RELEVANT_NOTE) + sum(_cost(e.render()) for e in part.relevant) if chosen else 0
-    reserved = 0 if whole or folds is None else int(limit * digest_share)
+    reserved = 0 if folds is None else int(limit * digest_share)
     room = limit - used - _cost(NEWEST_NOTE) - reserved
     start = len(archival)
-    for at in range(len(archival) - 1, -1, -1):
+    for at in range(len(archival) - 1, max(len(archival) - NEWEST_SCAN, 0) - 1, -1):
         entry = archival[at]
         if entry.entry_id in chosen:
+            continue
+        kind = repeat_key(entry.content)
+        if kind in kinds:  # a repeat of one shown: it stands for this one too
+            part.repeats += 1
+            start = at
             continue
         cost = _cost(entry.render())
         if cost > room:
             break
         part.newest.append(entry)
+        kinds.add(kind)
         room -= cost
         start = at
     part.newest.reverse()
     part.relevant.sort(key=lambda entry: order[entry.entry_id])
     part.omitted = len(archival) - len(part.relevant) - len(part.newest)
     if part.omitted and folds is not None and reserved:
-        shown = {e.entry_id for e in part.relevant}
+        shown = {e.entry_id for e in part.relevant if order[e.entry_id] < start}
         part.digest = digest(folds(start), archival, room + reserved, shown)
         written = rewrite(part.digest, room + reserved) if rewrite and part.digest.lines else None
         if written:
             part.digest = replace(part.digest, lines=written)
     if part.omitted:
-        part.lines.append(omitted_note(part.omitted))
+        part.lines.append(omitted_note(part.omitted, part.repeats))
     if part.relevant:
         part.lines += [RELEVANT_NOTE, *(entry.render() for entry in part.relevant)]
     if part.digest is not None:

@@ -68,7 +68,7 @@ def test_the_relevant_part_keeps_its_share_and_the_newest_get_the_rest() -> None
     assert total <= 4000
     assert part.omitted == 200 - len(part.relevant) - len(part.newest)
     # an entry longer than the share is skipped, a shorter one after it still taken
-    long = entries(["y" * 3000, "short and relevant"])
+    long = entries(["y" * 5000, "short and relevant"])
     part = archival_for_query(long, long, 4000, share=0.5)
     assert [e.content for e in part.relevant] == ["short and relevant"]
 
