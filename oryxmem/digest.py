@@ -73,6 +73,7 @@ class Fold:
     count: int
     first: Entry
     last: Entry
+    last_at: int  # the last one's position: of two folds as big, the newer comes first
 
 
 @dataclass
@@ -89,14 +90,15 @@ class Folds:
             self.covered and entries[self.covered - 1].entry_id != self.last_id
         ):
             return False
-        for entry in entries[self.covered : upto]:
+        for at in range(self.covered, upto):
+            entry = entries[at]
             key = fold_key(entry.content)
             fold = self.folds.get(key)
             if fold is None:
-                self.folds[key] = Fold(1, entry, entry)
+                self.folds[key] = Fold(1, entry, entry, at)
             else:
                 fold.count += 1
-                fold.last = entry
+                fold.last, fold.last_at = entry, at
         self.covered = upto
         self.last_id = entries[upto - 1].entry_id if upto else None
         return True
@@ -152,7 +154,7 @@ def digest(folds: Folds, entries: Sequence[Entry], max_chars: int, shown: set[st
         return Digest([], 0, count, [])
     repeated = sorted(
         (fold for fold in folds.folds.values() if fold.count > 1),
-        key=lambda fold: (-fold.count, fold.last.entry_id),
+        key=lambda fold: (-fold.count, -fold.last_at),
     )
     for fold in repeated:
         line = _fold_line(fold)

@@ -14,6 +14,7 @@ README_ROOT = "/home/ada/project"
 
 
 EPOCH_MS = re.compile(r'"timestamp": \d+')
+SESSION = re.compile(r"session [0-9a-f]{12}\b")
 
 
 def console_blocks(text: str) -> list[list[tuple[str, str]]]:
@@ -53,6 +54,7 @@ def test_readme_console_examples_run_as_shown(isolated_paths: Path, tmp_path: Pa
             )
             actual = TIMESTAMP.sub("2026-07-22 09:30:00", done.stdout)
             actual = EPOCH_MS.sub('"timestamp": 1784712600000', actual)
+            actual = SESSION.sub("session 5f0c3b9a2e1d", actual)
             actual = actual.replace(str(isolated_paths.resolve()), README_ROOT)
             assert actual == expected, f"$ {command}\n{done.stderr}"
             assert "Traceback" not in done.stderr
