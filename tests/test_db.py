@@ -78,6 +78,7 @@ def test_migrations_apply_once_and_reopening_changes_nothing(tmp_path: Path) -> 
         "add_quarantine_and_change_cursor",
         "agreed_ids_in_their_own_table",
         "derived_indexes_fed_from_the_change_log",
+        "sessions_remember_where_they_were_imported_from",
     ]
     assert shell(path, ".schema") == schema
 
