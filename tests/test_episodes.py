@@ -10,6 +10,7 @@ import pytest
 from conftest import run_cli
 from daemonhelp import daemon
 
+from oryxmem.client import Client
 from oryxmem.config import Config, set_value
 from oryxmem.errors import InvalidFieldError, TranscriptChangedError
 from oryxmem.index.episodes import ROUND_CHARS, USER_CHARS, rounds
@@ -224,6 +225,15 @@ def test_episodes_over_the_socket_and_the_cli(workspace: Workspace, tmp_path: Pa
             assert time.monotonic() < deadline, hits
             time.sleep(0.2)
         assert hits[0]["round"] == 0 and "teal" in hits[0]["text"]
+        with Client(running.socket) as client:
+            found = client.search_episodes("a", "logo colour", k=1)["episodes"]
+            assert [h["session"] for h in found] == [session]
+            assert (
+                client.search_episodes("a", "logo colour", exclude=session)["episodes"][0][
+                    "session"
+                ]
+                != session
+            )
         out = run_cli("episodes", "search", "--agent", "a", "api port", "--json")
         assert out.returncode == 0, out.stderr
         assert "8443" in json.loads(out.stdout)["episodes"][0]["text"]

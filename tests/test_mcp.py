@@ -97,6 +97,8 @@ def test_the_tools_save_recall_search_and_show_the_block_without_a_daemon(
         query = {"query": "favourite beverage", "limit": 1}
         said["search"] = text_of(await client.call_tool("search_memory", query))
         said["block"] = text_of(await client.call_tool("memory_block", {}))
+        asked = {"query": "what does the user drink?"}
+        said["asked"] = text_of(await client.call_tool("memory_block", asked))
         empty = await client.call_tool("save_memory", {"content": "  "})
         said["empty"] = f"{empty.is_error} {text_of(empty)}"
         scope = await client.call_tool("save_memory", {"content": "x", "scope": "weird"})
@@ -104,6 +106,7 @@ def test_the_tools_save_recall_search_and_show_the_block_without_a_daemon(
         return said
 
     said = in_process(workspace, "coder", session)
+    assert said["asked"].startswith("## 核心记忆") and "likes tea" in said["asked"]
     assert (
         said["save"].startswith("Saved to agent 'coder' (archival): - [")
         and "likes tea" in said["save"]

@@ -8,6 +8,7 @@ import pytest
 from conftest import run_cli
 from daemonhelp import daemon
 
+from oryxmem.client import Client
 from oryxmem.config import Config
 from oryxmem.prompt import NEWEST_NOTE, RELEVANT_NOTE, archival_for_query
 from oryxmem.service import MemoryService
@@ -202,6 +203,11 @@ def test_the_prompt_and_the_tools_over_the_socket_and_the_cli(
         openai = shapes["openai"][0]
         assert openai["type"] == "function" and openai["function"]["parameters"]["type"] == "object"
         assert shapes["anthropic"][0]["input_schema"]["required"] == ["content"]
+        with Client(running.socket) as client:  # the Python client: the same
+            built = client.prompt("a", session=session, query="the cat")
+            assert built["text"] == data["text"] and built["system"] in built["text"]
+            assert client.tools() == shapes
+            assert "Miso" in client.context("a", query="the cat")["context"]
         out = run_cli("prompt", "--agent", "a", "--json")
         assert out.returncode == 0, out.stderr
         assert json.loads(out.stdout)["files"][0]["name"] == "AGENT.md"

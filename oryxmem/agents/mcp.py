@@ -121,13 +121,15 @@ class MemoryTools:
             text += f"\n({data['note']})"
         return text
 
-    def memory_block(self, offset: int = 0) -> str:
+    def memory_block(self, offset: int = 0, query: str = "") -> str:
+        asked = query.strip() or None
+
         def local(service: MemoryService) -> dict[str, Any]:
             from oryxmem.payloads import context_data
 
-            return context_data(service, self.agent)
+            return context_data(service, self.agent, query=asked)
 
-        data = self._call(lambda c: c.context(self.agent), local)
+        data = self._call(lambda c: c.context(self.agent, query=asked), local)
         return page(str(data["context"]).splitlines(), offset, "memory_block", "(empty)")
 
 
@@ -195,10 +197,19 @@ def build_server(tools: MemoryTools) -> MCPServer:
     @reading("Memory block")
     def memory_block(
         offset: Annotated[int, Field(description="Skip this many lines (for more).")] = 0,
+        query: Annotated[
+            str,
+            Field(
+                description="The user's current message, if any: the block then also holds"
+                " the memories and the rounds of past sessions most relevant to it."
+            ),
+        ] = "",
     ) -> str:
         """What is known about the user and the project: every core memory, then the
-        most recent archival ones. Read it at the start of a task."""
-        return tools.memory_block(offset)
+        most recent archival ones (with a query, also the most relevant ones, a digest
+        of the older ones and relevant rounds of past sessions). Read it at the start of
+        a task."""
+        return tools.memory_block(offset, query)
 
     return server
 
