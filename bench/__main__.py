@@ -5,7 +5,8 @@ an issue set for it and whether the median holds. Timings that depend on the
 machine's disk come with their ratio to a floor measured in the same run: one
 fsync'd atomic replace of a small file, and one SQLite commit (WAL, FULL).
 
-Run: python -m bench [--runs 3] [--quick] [--only store,sync,socket,search,recall,agents]
+Run: python -m bench [--runs 3] [--quick]
+                    [--only store,sync,socket,search,recall,agents,context,episodes,digest]
                     [--json | --markdown]
 """
 
@@ -19,6 +20,9 @@ import time
 
 from bench import (
     agents_bench,
+    context_quality,
+    digest_bench,
+    episodes_quality,
     recall_quality,
     search_bench,
     socket_bench,
@@ -34,6 +38,9 @@ BENCHMARKS = {
     "search": search_bench,
     "recall": recall_quality,
     "agents": agents_bench,
+    "context": context_quality,
+    "episodes": episodes_quality,
+    "digest": digest_bench,
 }
 # Smaller sizes for a check that the benchmarks run (minutes, not tens of minutes);
 # the goals were set for the full sizes.

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from bench.common import Figure, at_least, at_most, run_alone, scratch_workspace
-from bench.locomo import DEFAULT_PATH, load
+from bench.locomo import data_option, load
 from bench.recall_quality import write_memory
 from oryxmem.config import Config
 from oryxmem.prompt import RELEVANT_SHARE, archival_for_query
@@ -67,7 +67,7 @@ def evaluate(data: Path) -> tuple[dict[float, float], float, list[float]]:
 
 
 def options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--data", type=Path, default=DEFAULT_PATH, help="LoCoMo-format JSON")
+    data_option(parser)
 
 
 def run(args: argparse.Namespace) -> list[Figure]:

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from bench.common import Figure, at_least, run_alone, scratch_workspace
-from bench.locomo import DEFAULT_PATH, Conversation, load
+from bench.locomo import Conversation, data_option, load
 from oryxmem.config import Config
 from oryxmem.index.episodes import EpisodeIndex, rounds
 from oryxmem.service import MemoryService
@@ -83,7 +83,7 @@ def evaluate(data: Path) -> tuple[dict[str, dict[int, float]], list[float]]:
 
 
 def options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--data", type=Path, default=DEFAULT_PATH, help="LoCoMo-format JSON")
+    data_option(parser)
 
 
 def run(args: argparse.Namespace) -> list[Figure]:

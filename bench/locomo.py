@@ -9,6 +9,7 @@ categories 1-4 with evidence, evidence ids split on ';', ``D:11:26`` read as
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 from dataclasses import dataclass
@@ -93,3 +94,9 @@ def load(path: Path = DEFAULT_PATH) -> list[Conversation]:
         speakers = (str(data["speaker_a"]), str(data["speaker_b"]))
         conversations.append(Conversation(sample["sample_id"], speakers, turns, questions))
     return conversations
+
+
+def data_option(parser: argparse.ArgumentParser) -> None:
+    """--data, the LoCoMo-format JSON (once: several benchmarks read it)."""
+    if "--data" not in parser._option_string_actions:
+        parser.add_argument("--data", type=Path, default=DEFAULT_PATH, help="LoCoMo-format JSON")

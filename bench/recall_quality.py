@@ -26,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bench.common import Figure, at_least, run_alone, scratch_workspace
-from bench.locomo import CATEGORIES, DEFAULT_PATH, Conversation, Question, load
+from bench.locomo import CATEGORIES, Conversation, Question, data_option, load
 from oryxmem.config import Config, set_value
 from oryxmem.index.terms import STOPWORDS
 from oryxmem.service import MemoryService
@@ -149,7 +149,7 @@ def print_table(results: dict[str, dict[str, object]]) -> None:
 
 
 def options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--data", type=Path, default=DEFAULT_PATH, help="LoCoMo-format JSON")
+    data_option(parser)
 
 
 def run(args: argparse.Namespace) -> list[Figure]:
