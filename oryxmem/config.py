@@ -171,6 +171,30 @@ SETTINGS: tuple[Setting, ...] = (
         "files under .oryxos/ that a prompt's first block holds after AGENT.md, comma-separated"
         " (read only; a missing one is left out)",
     ),
+    Setting(
+        "mem0.transport",
+        "embedded",
+        str,
+        "with memory.backend = mem0: embedded (a mem0.Memory in the daemon, its store under"
+        " .oryxos/mem0/) or http (a self-hosted mem0 server at mem0.url)",
+        _one_of("embedded", "http"),
+    ),
+    Setting(
+        "mem0.url", "", str, "for mem0.transport = http: the server, e.g. http://127.0.0.1:8888"
+    ),
+    Setting(
+        "mem0.api_key_env",
+        "",
+        str,
+        "for mem0.transport = http: the environment variable that holds its API key, if any",
+    ),
+    Setting(
+        "mem0.poll_seconds",
+        1,
+        int,
+        "how often the daemon looks for what other mem0 clients added or deleted",
+        _positive,
+    ),
     Setting("daemon.socket", "", str, "socket path; empty = $XDG_RUNTIME_DIR/oryxmem/<id>.sock"),
     Setting(
         "daemon.client_timeout_seconds",

@@ -1,7 +1,9 @@
-"""One contract, two backends: MarkdownMemoryStore and SqliteMemoryStore answer alike."""
+"""One contract, three backends: MarkdownMemoryStore, SqliteMemoryStore and Mem0MemoryStore
+(a real mem0.Memory, offline) answer alike."""
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from oryxmem.backends.sqlite import SqliteMemoryStore
+from oryxmem.config import Config
 from oryxmem.errors import (
     ContentTooLongError,
     EmptyContentError,
@@ -23,6 +26,7 @@ from oryxmem.store.base import LongTermMemoryStore, StoreLimits
 from oryxmem.store.db import connect
 from oryxmem.store.format import ARCHIVAL, CORE, escape_content
 from oryxmem.store.markdown import MarkdownMemoryStore
+from oryxmem.workspace import Workspace
 
 LIMITS = StoreLimits(archival_limit_chars=4000, max_content_chars=32768)
 
@@ -34,6 +38,15 @@ def ticking_clock() -> Iterator[str]:
 
 def make_store(kind: str, folder: Path, agent: str = "coder") -> LongTermMemoryStore:
     clock = ticking_clock()
+    if kind == "mem0":  # a real mem0.Memory, offline (oryxmem[mem0])
+        if importlib.util.find_spec("mem0") is None:  # not imported: oryxmem imports it
+            pytest.skip("oryxmem[mem0] is not installed")
+        from oryxmem.backends.mem0 import Mem0MemoryStore
+        from oryxmem.backends.mem0_link import EmbeddedLink
+
+        (folder / ".oryxos").mkdir(parents=True, exist_ok=True)
+        link = EmbeddedLink(Workspace(folder), Config.defaults())
+        return Mem0MemoryStore(link, agent, clock=lambda: next(clock), limits=LIMITS)
     if kind == "markdown":
         return MarkdownMemoryStore(
             folder / "agents" / agent / "MEMORY.md",
@@ -46,9 +59,13 @@ def make_store(kind: str, folder: Path, agent: str = "coder") -> LongTermMemoryS
     )
 
 
-@pytest.fixture(params=["markdown", "sqlite"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> LongTermMemoryStore:
-    return make_store(request.param, tmp_path)
+@pytest.fixture(params=["markdown", "sqlite", "mem0"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[LongTermMemoryStore]:
+    made = make_store(request.param, tmp_path)
+    yield made
+    link = getattr(made, "link", None)
+    if link is not None:
+        link.close()
 
 
 def test_append_then_entries(store: LongTermMemoryStore) -> None:

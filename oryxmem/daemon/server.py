@@ -25,6 +25,7 @@ from oryxmem import __version__
 from oryxmem.config import Config
 from oryxmem.daemon import api, sockets
 from oryxmem.daemon.indexer import Indexer
+from oryxmem.daemon.mem0sync import Mem0Sync
 from oryxmem.daemon.notify import notify, watchdog_interval
 from oryxmem.daemon.readers import Readers
 from oryxmem.daemon.worker import MemoryWorker
@@ -50,6 +51,7 @@ class Daemon:
         self.watcher: SyncWatcher | None = None
         self.worker: MemoryWorker | None = None
         self.indexer: Indexer | None = None
+        self.mem0: Mem0Sync | None = None
         self.readers: Readers | None = None
 
     # --- one daemon per workspace ---------------------------------------------------
@@ -89,7 +91,10 @@ class Daemon:
             self.workspace, files=service.files, config=self.config, on_report=_log_report
         )
         self.indexer = Indexer(MemoryService(self.workspace, self.config, files=service.files))
-        self.worker = MemoryWorker(service, self.watcher.schedule, self.indexer.wake)
+        self.worker = MemoryWorker(service, self.watcher.schedule, self._mirrored)
+        if self.config.backend == "mem0":
+            own = MemoryService(self.workspace, self.config, files=service.files)
+            self.mem0 = Mem0Sync(own, self.worker)
         self.readers = Readers(self.workspace, self.config, service.files)
         self.watcher.before_reconcile = self.worker.flush
         self.watcher.after_reconcile = self.worker.indexes_changed
@@ -98,10 +103,14 @@ class Daemon:
         self.worker.start()
         self.indexer.start()
         self.watcher.ready.wait()
+        if self.mem0 is not None:
+            self.mem0.start()
         try:
             uvloop.run(self._serve(sock))
         finally:
             self.readers.stop()
+            if self.mem0 is not None:
+                self.mem0.stop()
             self.indexer.stop()
             self.watcher.stop()  # before the worker: it closes the stores the threads use
             self.worker.stop()  # requests have drained; finishes queued saves first
@@ -110,6 +119,13 @@ class Daemon:
             sock.close()
         log.info("stopped")
         return 0
+
+    def _mirrored(self) -> None:
+        """Saves reached the rows: the derived sides follow."""
+        if self.indexer is not None:
+            self.indexer.wake()
+        if self.mem0 is not None:
+            self.mem0.wake()
 
     async def _serve(self, sock: socket.socket) -> None:
         assert self.worker is not None and self.watcher is not None and self.readers is not None
