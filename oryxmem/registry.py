@@ -61,8 +61,9 @@ BACKENDS = Registry(
     {
         "markdown": "oryxmem.store.markdown:MarkdownMemoryStore",
         "sqlite": "oryxmem.backends.sqlite:SqliteMemoryStore",
-        "mem0": "oryxmem.backends.mem0:Mem0MemoryStore",  # not built yet: says so when used
+        "mem0": "oryxmem.backends.mem0:Mem0MemoryStore",
     },
+    extras={"mem0": "mem0"},
 )
 
 # Derived indexes over the rows of memory_entries (DESIGN section 11), each fed from

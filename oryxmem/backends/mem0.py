@@ -11,7 +11,11 @@ store, so a read after a save finds it.
 
 from __future__ import annotations
 
+import importlib.util
 from typing import TYPE_CHECKING
+
+if importlib.util.find_spec("mem0") is None:  # not imported here: mem0_link imports it offline
+    raise ModuleNotFoundError("No module named 'mem0'", name="mem0")
 
 from oryxmem.backends.mem0_link import Mem0Link, Mem0Memory, link_for
 from oryxmem.clock import Clock
@@ -91,9 +95,12 @@ class Mem0MemoryStore(LongTermMemoryStore):
         self.link.add(self.agent, entry.content, metadata_of(entry))
         return entry
 
-    def entries(self) -> tuple[list[Entry], list[Entry]]:
+    def _push(self) -> None:
         if self.rows is not None:
             self.rows.pass_agent(self.agent)
+
+    def entries(self) -> tuple[list[Entry], list[Entry]]:
+        self._push()
         return entries_of(self.link.memories(self.agent))
 
     def load(self) -> MemorySnapshot:
@@ -107,6 +114,7 @@ class Mem0MemoryStore(LongTermMemoryStore):
 
     def search(self, query: str, limit: int = 10) -> list[tuple[Entry, float]]:
         """The agent's entries by meaning, through mem0's own search, best first."""
+        self._push()
         found = self.link.search(self.agent, query, limit)
         core, archival = entries_of([memory for memory, _ in found])
         by_text = {(e.content, e.scope): e for e in core + archival}

@@ -129,14 +129,21 @@ class Mem0Mirror:
         memories = self.link.memories(agent)
         ours: dict[str, list[Mem0Memory]] = {}
         foreign: list[Mem0Memory] = []
+        by_mem0_id = {mem0_id: entry_id for entry_id, mem0_id in agreed.items() if mem0_id}
         for memory in memories:
-            own = memory.oryxmem_id
-            if own is None and memory.id in agreed.values():  # tagged by us, tag not read back
-                own = next(e for e, m in agreed.items() if m == memory.id)
-            if own is None:
-                foreign.append(memory)
+            own = memory.oryxmem_id or by_mem0_id.get(memory.id)  # (a tag not read back)
+            if own is None or (own not in rows and own not in agreed):
+                foreign.append(memory)  # another client's (or another workspace's) memory
             else:
                 ours.setdefault(own, []).append(memory)
+
+        if self.save is not None:  # first: an entry they bring is then the rows' and ours
+            for memory in foreign:
+                entry_id = self._bring_in(agent, memory, rows, self.save)
+                ours.setdefault(entry_id, []).append(memory)
+                report.brought_in += 1
+            rows = self._rows(agent)
+            agreed = self._agreed(agent)
 
         for entry_id, held in ours.items():
             keep, *extra = held
@@ -145,12 +152,10 @@ class Mem0Mirror:
             if entry_id in rows:
                 if agreed.get(entry_id) != keep.id:
                     self._record(agent, entry_id, keep.id)  # adopted
-            elif entry_id in agreed:  # removed here: out of mem0 too
+            else:  # agreed, and removed here: out of mem0 too
                 self.link.delete(keep.id)
                 self._forget(agent, entry_id)
                 report.deleted += 1
-            else:  # ours, but unknown here (another workspace's, a restored store)
-                foreign.append(keep)
 
         for entry_id, entry in rows.items():
             if entry_id in ours:
@@ -165,10 +170,6 @@ class Mem0Mirror:
             self._record(agent, entry_id, mem0_id)
             report.added += 1
 
-        if self.save is not None:
-            for memory in foreign:
-                self._bring_in(agent, memory, rows, self.save)
-                report.brought_in += 1
         for entry_id in set(agreed) - set(rows) - set(ours):  # gone on both sides
             self._forget(agent, entry_id)
         return report
@@ -182,8 +183,9 @@ class Mem0Mirror:
                 "DELETE FROM mem0_agreed WHERE agent = ? AND entry_id = ?", [agent, entry_id]
             )
 
-    def _bring_in(self, agent: str, memory: Mem0Memory, rows: dict[str, Entry], save: Save) -> None:
-        """Save another client's memory to MEMORY.md (once), then tag it with the entry."""
+    def _bring_in(self, agent: str, memory: Mem0Memory, rows: dict[str, Entry], save: Save) -> str:
+        """Save another client's memory to MEMORY.md (once), then tag it with the entry;
+        the entry's id."""
         scope = memory.metadata.get("scope")
         scope = scope if scope in SCOPES else "archival"
         pending = self.db.execute(
@@ -203,3 +205,4 @@ class Mem0Mirror:
         self.link.tag(memory.id, {**memory.metadata, **metadata_of(entry)})
         with write_transaction(self.db):
             self.db.execute("DELETE FROM mem0_imports WHERE mem0_id = ?", [memory.id])
+        return entry.entry_id

@@ -1,0 +1,227 @@
+"""Issue 14: memory.backend = "mem0", with a real mem0 (oryxmem[mem0]), offline."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import run_cli, run_offline
+from daemonhelp import daemon
+from synchelp import sql
+
+from oryxmem.config import Config, set_value
+from oryxmem.service import MemoryService
+from oryxmem.store.format import ARCHIVAL, Entry
+from oryxmem.workspace import Workspace
+
+if importlib.util.find_spec("mem0") is None:  # not imported here: oryxmem imports it offline
+    pytest.skip("oryxmem[mem0] is not installed", allow_module_level=True)
+
+from mem0server import mem0_server
+
+from oryxmem.backends.mem0_link import EmbeddedLink, Mem0Link, close_links
+from oryxmem.backends.mem0_mirror import Mem0Mirror
+
+
+@pytest.fixture(autouse=True)
+def fresh_links() -> Iterator[None]:
+    yield
+    close_links()  # each test's workspace has its own embedded store
+
+
+def mem0_workspace(workspace: Workspace, **settings: str) -> Config:
+    set_value(workspace.config_path, "memory.backend", "mem0")
+    for key, value in settings.items():
+        set_value(workspace.config_path, key.replace("__", "."), value)
+    return Config.load(workspace.config_path)
+
+
+def texts(link: Mem0Link, agent: str) -> list[str]:
+    return sorted(memory.text for memory in link.memories(agent))
+
+
+def test_a_save_reaches_memory_md_the_rows_and_mem0_and_reads_come_from_mem0(
+    workspace: Workspace,
+) -> None:
+    service = MemoryService(workspace, mem0_workspace(workspace))
+    service.save("coder", "User's name is Ada.", "core")
+    saved = service.save("coder", "User likes green tea")
+    assert "User likes green tea" in workspace.memory_path("coder").read_text()
+    assert sql(workspace, "SELECT content FROM memory_entries WHERE agent = 'coder'").split() != []
+    assert service.recall("coder", "GREEN").lines == [saved.entry.render()]
+    block = service.build_context("coder")
+    assert (
+        block == "## 核心记忆\n"
+        f"{service.get('coder').core[0].render()}\n## 归档记忆\n{saved.entry.render()}\n"
+    )
+    store = service.reader(service.resolve("coder"))
+    memories = store.link.memories("coder")  # type: ignore[attr-defined]
+    by_text = {m.text: m.metadata for m in memories}
+    assert by_text["User likes green tea"] == {
+        "oryxmem_id": saved.entry.entry_id,
+        "scope": ARCHIVAL,
+        "ts": saved.entry.ts,
+    }
+    found = store.search("what does the user drink", 1)  # type: ignore[attr-defined]
+    assert found[0][0].content == "User likes green tea"
+    service.close()
+
+
+def test_the_mirror_finishes_what_a_crash_interrupted(workspace: Workspace) -> None:
+    service = MemoryService(workspace, Config.load(workspace.config_path))
+    entries = [service.save("a", f"fact number {n}").entry for n in range(3)]
+    (workspace.os_dir).mkdir(exist_ok=True)
+    link = EmbeddedLink(workspace, Config.defaults())
+    saves: list[str] = []
+
+    def save(agent: str, content: str, scope: str) -> Entry:
+        saves.append(content)
+        return service.save(agent or None, content, scope).entry
+
+    mirror = Mem0Mirror(service.db, link, str(workspace.root), save)
+    # the intent of an add was recorded, the add never made (0); an add made, its record
+    # never written (1); the same entry added twice (2)
+    mirror._record("a", entries[0].entry_id, None)
+    link.add("a", entries[1].content, {"oryxmem_id": entries[1].entry_id, "scope": ARCHIVAL})
+    for _ in range(2):
+        link.add("a", entries[2].content, {"oryxmem_id": entries[2].entry_id, "scope": ARCHIVAL})
+    # another client's memory whose import landed in MEMORY.md just before a crash
+    foreign = link.add("a", "brought in before the crash", {})
+    landed = service.save("a", "brought in before the crash").entry
+    service.db.execute(
+        "INSERT INTO mem0_imports(mem0_id, agent, content) VALUES (?, 'a', ?)",
+        [foreign, landed.content],
+    )
+    service.db.conn.commit()
+    mirror.pass_agent("a")
+    assert texts(link, "a") == sorted([*(e.content for e in entries), landed.content])
+    assert saves == []  # nothing saved twice
+    again = mirror.pass_agent("a")
+    assert not again.changed
+    agreed = service.db.execute("SELECT count(*) FROM mem0_agreed WHERE mem0_id IS NOT NULL")
+    assert agreed.fetchone()[0] == 4
+    link.close()
+    service.close()
+
+
+def post(url: str, path: str, body: dict[str, object]) -> dict[str, object]:
+    request = urllib.request.Request(
+        url + path, json.dumps(body).encode(), {"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=30) as reply:
+        answer: dict[str, object] = json.loads(reply.read())
+        return answer
+
+
+def until(check, seconds: float = 20) -> float:  # type: ignore[no-untyped-def]
+    """Seconds until check() is true (fails after ``seconds``)."""
+    started = time.monotonic()
+    while not check():
+        assert time.monotonic() - started < seconds, "never happened"
+        time.sleep(0.05)
+    return time.monotonic() - started
+
+
+def test_the_daemon_mirrors_both_ways_through_a_mem0_server(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    with mem0_server(tmp_path / "server") as (url, server):
+        # a line deleted in the file is deleted (not taken for a stale buffer's loss)
+        mem0_workspace(
+            workspace, mem0__transport="http", mem0__url=url, sync__stale_buffer_seconds="0"
+        )
+        path = workspace.memory_path("coder")
+        with daemon(workspace, tmp_path / "daemon.log") as running:
+            status, reply = running.curl(
+                "-d",
+                json.dumps({"content": "Deploys go out on Tuesdays"}),
+                "http://x/api/v1/agents/coder/memory",
+            )
+            assert status == 200, reply
+            until(lambda: "Deploys go out on Tuesdays" in texts(server, "coder"))
+            held = {m.text: m for m in server.memories("coder")}
+            assert held["Deploys go out on Tuesdays"].oryxmem_id == reply["data"]["entry"]["id"]
+            # another mem0 client adds: it reaches MEMORY.md
+            post(
+                url,
+                "/memories",
+                {
+                    "messages": [{"role": "user", "content": "Prefers tabs"}],
+                    "agent_id": "coder",
+                    "infer": False,
+                },
+            )
+            took = until(lambda: "] Prefers tabs\n" in path.read_text())
+            assert took < 5, took
+            until(lambda: all(m.oryxmem_id for m in server.memories("coder")))
+            # another client deletes: the line leaves MEMORY.md (and goes to history)
+            gone = held["Deploys go out on Tuesdays"].id
+            req = urllib.request.Request(f"{url}/memories/{gone}", method="DELETE")
+            urllib.request.urlopen(req, timeout=30).close()
+            until(lambda: "Deploys go out on Tuesdays" not in path.read_text())
+            # a line deleted in MEMORY.md leaves mem0
+            text = path.read_text()
+            kept = [line for line in text.splitlines(True) if "Prefers tabs" not in line]
+            path.write_text("".join(kept))
+            until(lambda: "Prefers tabs" not in texts(server, "coder"))
+            status, reply = running.curl(
+                "-d",
+                json.dumps({"content": "kept across a restart"}),
+                "http://x/api/v1/agents/coder/memory",
+            )
+            until(lambda: "kept across a restart" in texts(server, "coder"))
+        with daemon(workspace, tmp_path / "daemon2.log"):  # the mapping survives: no doubles
+            time.sleep(2.5)
+            assert texts(server, "coder") == ["kept across a restart"]
+        assert run_cli("sync", "--check").returncode == 0
+        history = sql(
+            workspace,
+            "SELECT op || ' ' || source FROM memory_history WHERE content = 'Prefers tabs'",
+        )
+        assert "add socket" in history or "add mem0" in history
+
+
+def test_without_the_extra_the_mem0_backend_is_one_clear_line(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    mem0_workspace(workspace)
+    blocker = tmp_path / "blocked"  # a Python on which mem0 is not installed
+    blocker.mkdir()
+    (blocker / "sitecustomize.py").write_text(
+        "import sys\n"
+        "class NoMem0:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] == 'mem0':\n"
+        "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
+        "sys.meta_path.insert(0, NoMem0())\n"
+    )
+    env = {"PYTHONPATH": f"{blocker}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    done = run_cli("save", "--agent", "coder", "tea", env=env)
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "pip install 'oryxmem[mem0]'" in lines[0], done.stderr
+
+
+def test_the_embedded_mem0_backend_runs_with_no_network_at_all(workspace: Workspace) -> None:
+    mem0_workspace(workspace)
+    script = (
+        "import sys\n"
+        "tried = []\n"
+        "sys.addaudithook(lambda event, args: tried.append(args) if event == 'socket.connect' else None)\n"
+        "from oryxmem.service import MemoryService\n"
+        "service = MemoryService.open()\n"
+        "service.save('coder', 'User likes tea')\n"
+        "assert service.recall('coder', 'tea').lines, 'recalled'\n"
+        "store = service.reader(service.resolve('coder'))\n"
+        "assert store.search('hot drinks', 1)[0][0].content == 'User likes tea'\n"
+        "assert tried == [], tried\n"
+        "print('offline ok')\n"
+    )
+    assert run_offline(script, workspace.root).strip() == "offline ok"
+    assert not (workspace.root / ".mem0").exists(), "mem0 wrote nothing under HOME"
