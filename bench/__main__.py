@@ -6,7 +6,7 @@ machine's disk come with their ratio to a floor measured in the same run: one
 fsync'd atomic replace of a small file, and one SQLite commit (WAL, FULL).
 
 Run: python -m bench [--runs 3] [--quick]
-                    [--only store,sync,socket,search,recall,agents,context,episodes,digest]
+                    [--only store,sync,socket,search,recall,agents,context,episodes,digest,mem0]
                     [--json | --markdown]
 """
 
@@ -23,6 +23,7 @@ from bench import (
     context_quality,
     digest_bench,
     episodes_quality,
+    mem0_bench,
     recall_quality,
     search_bench,
     socket_bench,
@@ -41,6 +42,7 @@ BENCHMARKS = {
     "context": context_quality,
     "episodes": episodes_quality,
     "digest": digest_bench,
+    "mem0": mem0_bench,
 }
 # Smaller sizes for a check that the benchmarks run (minutes, not tens of minutes);
 # the goals were set for the full sizes.

@@ -30,7 +30,9 @@ MAX_AGENT_NAME_BYTES = 128
 # Letters that show nothing (Hangul fillers): a name of them would look empty.
 INVISIBLE_LETTERS = frozenset("\u115f\u1160\u3164\uffa0")
 SUN_PATH_MAX = 107  # sockaddr_un.sun_path holds 108 bytes, one of them the final NUL
-GITIGNORE_TEXT = "# Written by oryxmem init: derived and runtime files.\noryxos.db*\nrun/\n*.tmp\n"
+GITIGNORE_TEXT = (
+    "# Written by oryxmem init: derived and runtime files.\noryxos.db*\nrun/\nmem0/\n*.tmp\n"
+)
 GITATTRIBUTES_TEXT = (
     "# Written by oryxmem init --git: concurrent appends to memory merge cleanly.\n"
     "agents/*/MEMORY.md merge=union\n"

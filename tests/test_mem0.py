@@ -225,3 +225,101 @@ def test_the_embedded_mem0_backend_runs_with_no_network_at_all(workspace: Worksp
     )
     assert run_offline(script, workspace.root).strip() == "offline ok"
     assert not (workspace.root / ".mem0").exists(), "mem0 wrote nothing under HOME"
+
+
+def test_a_soak_of_saves_edits_mem0_adds_and_deletes_and_sigkill_loses_nothing(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    """Socket saves, lines typed into MEMORY.md, memories another client adds to and
+    deletes from mem0, and SIGKILL of the daemon, in a seeded random mix: afterwards
+    MEMORY.md and mem0 hold exactly what is expected, each once."""
+    import random
+
+    from daemonhelp import start_daemon
+
+    from oryxmem.store.format import parse
+
+    rng = random.Random(int(os.environ.get("ORYXMEM_MEM0_SOAK_SEED", "14")))
+    steps = int(os.environ.get("ORYXMEM_MEM0_SOAK_STEPS", "60"))
+    with mem0_server(tmp_path / "server") as (url, server):
+        mem0_workspace(workspace, mem0__transport="http", mem0__url=url)
+        path = workspace.memory_path("coder")
+        running = start_daemon(workspace, tmp_path / "daemon.log")
+        expected: list[str] = []
+        try:
+            for step in range(steps):
+                kind = rng.choice(["save", "save", "type", "add", "delete", "kill"])
+                content = f"{kind} {step}"
+                if kind == "save":
+                    body = json.dumps({"content": content})
+                    status, _ = running.curl("-d", body, "http://x/api/v1/agents/coder/memory")
+                    assert status == 200
+                    expected.append(content)
+                elif kind == "type":
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    if not path.exists():
+                        path.write_text("## 归档记忆\n")
+                    with path.open("a") as editor:
+                        editor.write(f"- [2026-07-22 09:30:00] {content}\n")
+                    expected.append(content)
+                elif kind == "add":
+                    message = {"role": "user", "content": content}
+                    post(url, "/memories", {"messages": [message], "agent_id": "coder"})
+                    expected.append(content)
+                elif kind == "delete":
+                    mapped = [m for m in server.memories("coder") if m.oryxmem_id]
+                    if mapped:
+                        victim = rng.choice(mapped)
+                        req = urllib.request.Request(f"{url}/memories/{victim.id}", method="DELETE")
+                        urllib.request.urlopen(req, timeout=30).close()
+                        expected.remove(victim.text)
+                else:
+                    running.proc.kill()
+                    running.proc.wait()
+                    running.notifications.close()
+                    running = start_daemon(workspace, tmp_path / "daemon.log")
+                time.sleep(rng.choice([0.0, 0.05, 0.3]))
+
+            def settled() -> bool:
+                doc = parse(path.read_text())
+                in_file = sorted(e.content for e in doc.all_entries())
+                return in_file == sorted(expected) == texts(server, "coder")
+
+            until(settled, 30)
+        finally:
+            running.stop()
+        assert "Traceback" not in running.text()
+    assert run_cli("sync", "--check").returncode == 0
+
+
+def test_a_wiped_mem0_store_is_filled_again_and_nothing_leaves_memory_md(
+    workspace: Workspace,
+) -> None:
+    """.oryxos/mem0/ is derived: deleted, the next full pass adds every entry again. A
+    store that lost all of an agent's memories at once is taken for one made again."""
+    import shutil
+
+    service = MemoryService(workspace, Config.load(workspace.config_path))
+    for n in range(5):
+        service.save("a", f"kept fact {n}")
+    before = workspace.memory_path("a").read_text()
+
+    def save(agent: str, content: str, scope: str) -> Entry:
+        return service.save(agent, content, scope).entry
+
+    def full_pass() -> Mem0Link:
+        link = EmbeddedLink(workspace, Config.defaults())
+        Mem0Mirror(service.db, link, str(workspace.root), save).pass_agent("a")
+        return link
+
+    full_pass().close()
+    shutil.rmtree(workspace.os_dir / "mem0")
+    link = full_pass()
+    assert texts(link, "a") == [f"kept fact {n}" for n in range(5)]
+    for memory in link.memories("a"):  # every one gone at once, the store kept
+        link.delete(memory.id)
+    Mem0Mirror(service.db, link, str(workspace.root), save).pass_agent("a")
+    assert len(link.memories("a")) == 5
+    assert workspace.memory_path("a").read_text() == before
+    link.close()
+    service.close()

@@ -89,6 +89,8 @@ class Mem0Memory:
 class Mem0Link(ABC):
     """The calls oryxmem makes of mem0, whichever way it is reached."""
 
+    store_id = ""  # which store: one made again (a deleted .oryxos/mem0/) is another
+
     @abstractmethod
     def add(self, agent: str, text: str, metadata: dict[str, Any]) -> str:
         """Store text verbatim for the agent; returns its mem0 id."""
@@ -263,6 +265,7 @@ class HttpLink(Mem0Link):
             raise InvalidConfigError("mem0.transport = http needs mem0.url (http://...)")
         key_env = str(config.get("mem0.api_key_env"))
         self._key = os.environ.get(key_env, "") if key_env else ""
+        self.store_id = self.url
 
     def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         headers = {"Content-Type": "application/json"}

@@ -40,6 +40,9 @@ if TYPE_CHECKING:
     from sqlite_utils import Database
 
 log = logging.getLogger("oryxmem.mem0")
+# An agent's memories all gone from mem0 at once, more than this many: a wiped (or made
+# again) store, not a client deleting them; they are added again, not deleted here.
+WIPE_LEAST = 3
 
 # (agent, content, scope) -> the entry a save made of it, durable in MEMORY.md and in the
 # rows when it returns (the one write path)
@@ -73,6 +76,7 @@ def create_tables(db: Database) -> None:
         " mem0_id TEXT, PRIMARY KEY (agent, entry_id)) WITHOUT ROWID"
     )
     # A memory another client added, being brought in: its save may have landed.
+    db.execute("CREATE TABLE IF NOT EXISTS mem0_store (store_id TEXT NOT NULL)")
     db.execute(
         "CREATE TABLE IF NOT EXISTS mem0_imports (mem0_id TEXT PRIMARY KEY, agent TEXT NOT NULL,"
         " content TEXT NOT NULL)"
@@ -90,6 +94,11 @@ class Mem0Mirror:
         self.lock = pass_lock(owner)
         with write_transaction(db):
             create_tables(db)
+            known = db.execute("SELECT store_id FROM mem0_store").fetchone()
+            if known is None or known[0] != link.store_id:  # another store: nothing agreed
+                db.execute("DELETE FROM mem0_agreed")
+                db.execute("DELETE FROM mem0_store")
+                db.execute("INSERT INTO mem0_store VALUES (?)", [link.store_id])
 
     def _rows(self, agent: str) -> dict[str, Entry]:
         rows = self.db.execute(
@@ -156,6 +165,18 @@ class Mem0Mirror:
                 self.link.delete(keep.id)
                 self._forget(agent, entry_id)
                 report.deleted += 1
+
+        vanished = [e for e in rows if e not in ours and agreed.get(e)]
+        if len(vanished) > WIPE_LEAST and not ours:  # all of them at once: a wiped store
+            log.warning(
+                "mem0 holds none of the %d memories of %s it held: taken for a store made"
+                " again, they are added again (delete them one by one to delete them)",
+                len(vanished),
+                agent or "(global)",
+            )
+            with write_transaction(self.db):
+                self.db.execute("DELETE FROM mem0_agreed WHERE agent = ?", [agent])
+            agreed = {}
 
         for entry_id, entry in rows.items():
             if entry_id in ours:

@@ -120,6 +120,17 @@ class Daemon:
         log.info("stopped")
         return 0
 
+    def _mem0_health(self) -> dict[str, Any]:
+        if self.mem0 is None:
+            return {}
+        return {
+            "mem0": {
+                "alive": self.mem0.alive,
+                "passes": self.mem0.passes,
+                "last_error": self.mem0.last_error,
+            }
+        }
+
     def _mirrored(self) -> None:
         """Saves reached the rows: the derived sides follow."""
         if self.indexer is not None:
@@ -204,6 +215,7 @@ class Daemon:
             "memory_busy_seconds": round(worker.busy_seconds, 1) if worker else 0.0,
             "indexer_alive": bool(self.indexer and self.indexer.alive),
             "last_index_error": self.indexer.last_error if self.indexer else None,
+            **self._mem0_health(),
         }
 
 
