@@ -8,7 +8,6 @@ import pytest
 
 from oryxmem.config import Config, set_value
 from oryxmem.errors import (
-    BackendUnavailableError,
     EmptyContentError,
     InvalidRoleError,
     SessionNotFoundError,
@@ -137,13 +136,6 @@ def test_sqlite_backend_serves_the_same_calls(workspace: Workspace) -> None:
     ]
     assert "thing from sql" not in workspace.memory_path("coder").read_text()
     assert [(a.name, a.core, a.archival) for a in service.agents()] == [("", 0, 0), ("coder", 1, 2)]
-
-
-def test_mem0_backend_is_a_clear_error(workspace: Workspace) -> None:
-    set_value(workspace.config_path, "memory.backend", "mem0")
-    service = MemoryService(workspace, Config.load(workspace.config_path))
-    with pytest.raises(BackendUnavailableError, match="mem0"):
-        service.save("coder", "x")
 
 
 def test_agents_lists_counts_and_problems(service: MemoryService, workspace: Workspace) -> None:
