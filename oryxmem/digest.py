@@ -21,6 +21,7 @@ this offline digest is there to fall back on.
 
 from __future__ import annotations
 
+import bisect
 import re
 import threading
 from collections.abc import Sequence
@@ -78,15 +79,20 @@ class Fold:
 
 @dataclass
 class Folds:
-    """The folds of an agent's archival entries [0, covered): extended as it grows."""
+    """The folds of an agent's archival entries [0, covered): extended as it grows. Where
+    each fold's entries are is kept, so the folds of a shorter span are had without
+    folding again (``upto``)."""
 
     covered: int = 0
     last_id: str | None = None  # the id of entry covered - 1: the prefix is still the same
     folds: dict[str, Fold] = field(default_factory=dict)
+    places: dict[str, list[int]] = field(default_factory=dict)  # key -> positions
+    repeated: set[str] = field(default_factory=set)  # keys of folds of more than one
 
     def extend(self, entries: Sequence[Entry], upto: int) -> bool:
-        """Cover entries[:upto]; False when the covered prefix changed (fold again)."""
-        if upto < self.covered or (
+        """Cover entries[:upto] (at least what is covered); False when the covered prefix
+        changed (fold again)."""
+        if self.covered > len(entries) or (
             self.covered and entries[self.covered - 1].entry_id != self.last_id
         ):
             return False
@@ -96,19 +102,59 @@ class Folds:
             fold = self.folds.get(key)
             if fold is None:
                 self.folds[key] = Fold(1, entry, entry, at)
+                self.places[key] = [at]
             else:
                 fold.count += 1
                 fold.last, fold.last_at = entry, at
-        self.covered = upto
-        self.last_id = entries[upto - 1].entry_id if upto else None
+                self.places[key].append(at)
+                self.repeated.add(key)
+        self.covered = max(self.covered, upto)
+        self.last_id = entries[self.covered - 1].entry_id if self.covered else None
         return True
+
+    def upto(self, entries: Sequence[Entry], upto: int) -> FoldsView:
+        """The folds of entries[:upto] (upto <= covered): the folds of the entries past it
+        are taken back, the rest shared."""
+        changed: dict[str, Fold | None] = {}
+        for at in range(upto, self.covered):
+            key = fold_key(entries[at].content)
+            if key in changed:
+                continue
+            places = self.places[key]
+            kept = bisect.bisect_left(places, upto)
+            if kept == 0:
+                changed[key] = None
+            else:
+                first = self.folds[key].first
+                changed[key] = Fold(kept, first, entries[places[kept - 1]], places[kept - 1])
+        return FoldsView(self, changed, upto)
+
+
+@dataclass
+class FoldsView:
+    """The folds of entries[:covered], over a Folds of as many or more."""
+
+    base: Folds
+    changed: dict[str, Fold | None]
+    covered: int
+
+    def get(self, key: str) -> Fold | None:
+        return self.changed[key] if key in self.changed else self.base.folds.get(key)
+
+    def repeated(self) -> list[Fold]:
+        """The folds of more than one entry, biggest first (of two as big, the newer)."""
+        found = (self.get(key) for key in self.base.repeated)
+        return sorted(
+            (fold for fold in found if fold is not None and fold.count > 1),
+            key=lambda fold: (-fold.count, -fold.last_at),
+        )
 
 
 _FOLDS: dict[tuple[str, str], Folds] = {}  # (workspace db, agent) -> its folds
 _FOLDS_LOCK = threading.Lock()
 
 
-def folds_for(owner: str, agent: str, entries: Sequence[Entry], upto: int) -> Folds:
+def folds_for(owner: str, agent: str, entries: Sequence[Entry], upto: int) -> FoldsView:
     """The folds of entries[:upto], kept between calls for (owner, agent)."""
     with _FOLDS_LOCK:
         folds = _FOLDS.get((owner, agent))
@@ -116,7 +162,7 @@ def folds_for(owner: str, agent: str, entries: Sequence[Entry], upto: int) -> Fo
             folds = Folds()
             folds.extend(entries, upto)
         _FOLDS[(owner, agent)] = folds
-        return folds
+        return folds.upto(entries, upto)
 
 
 @dataclass
@@ -142,7 +188,7 @@ def _entry_line(entry: Entry) -> str:
     return f"- [{entry.ts}] {_cut(entry.content)}" if entry.ts else f"- {_cut(entry.content)}"
 
 
-def digest(folds: Folds, entries: Sequence[Entry], max_chars: int, shown: set[str]) -> Digest:
+def digest(folds: FoldsView, entries: Sequence[Entry], max_chars: int, shown: set[str]) -> Digest:
     """The digest of entries[:folds.covered] within max_chars (lines with their breaks);
     entries in ``shown`` (of that span) are in the block whole already and not sampled
     again."""
@@ -152,11 +198,7 @@ def digest(folds: Folds, entries: Sequence[Entry], max_chars: int, shown: set[st
     lines, texts, represented = [note], [], 0
     if count == 0 or room <= 0:
         return Digest([], 0, count, [])
-    repeated = sorted(
-        (fold for fold in folds.folds.values() if fold.count > 1),
-        key=lambda fold: (-fold.count, -fold.last_at),
-    )
-    for fold in repeated:
+    for fold in folds.repeated():
         line = _fold_line(fold)
         if len(line) + 1 > room:
             continue
@@ -169,7 +211,8 @@ def digest(folds: Folds, entries: Sequence[Entry], max_chars: int, shown: set[st
         stride *= 2  # positions stay put while the span grows, until it doubles
     for position in range(0, count, stride):
         entry = entries[position]
-        if folds.folds[fold_key(entry.content)].count > 1 or entry.entry_id in shown:
+        its = folds.get(fold_key(entry.content))
+        if (its is not None and its.count > 1) or entry.entry_id in shown:
             continue
         line = _entry_line(entry)
         if len(line) + 1 > room:

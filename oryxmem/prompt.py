@@ -20,12 +20,12 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from oryxmem.digest import Digest, Folds, digest, repeat_key
+from oryxmem.digest import Digest, FoldsView, digest, repeat_key
 from oryxmem.errors import OryxError
 from oryxmem.fileio import open_regular
 from oryxmem.index.episodes import EpisodeHit
@@ -78,21 +78,25 @@ def archival_for_query(
     limit: int,
     share: float = RELEVANT_SHARE,
     digest_share: float = 0.0,
-    folds: Callable[[int], Folds] | None = None,
+    folds: Callable[[int], FoldsView] | None = None,
     rewrite: Callable[[Digest, int], list[str] | None] | None = None,
+    positions: Mapping[str, int] | None = None,
 ) -> ArchivalPart:
     """The archival part of a block for a query: the best-ranked entries that fit
     ``share`` of ``limit`` (each whole, one of each set of near-duplicates, in the
     file's order), the newest that fit what is left but ``digest_share``, and a digest
     of the entries older than those (digest.py) in the rest; the notes that say which is
     which count against the limit. ``folds(upto)`` gives the folds of archival[:upto];
-    ``rewrite(digest, chars)`` may give the digest's lines as a model writes them."""
+    ``rewrite(digest, chars)`` may give the digest's lines as a model writes them;
+    ``positions`` is where each entry is in archival, if known."""
     part = ArchivalPart()
     if _all_fit(archival, limit):  # nothing to choose: every entry, as without a query
         part.newest = list(archival)
         part.lines = [entry.render() for entry in archival]
         return part
-    order = {entry.entry_id: at for at, entry in enumerate(archival)}
+    order = (
+        positions if positions is not None else {e.entry_id: at for at, e in enumerate(archival)}
+    )
     room = int(limit * share) - _cost(RELEVANT_NOTE)
     chosen: set[str] = set()
     kinds: set[str] = set()

@@ -749,7 +749,8 @@ class MemoryService:
 
     def archival_part(self, ref: AgentRef, query: str) -> ArchivalPart:
         """The archival part of a block built for a query (prompt.archival_for_query)."""
-        _, archival = self.reader(ref).entries()
+        store = self.reader(ref)
+        _, archival = store.entries()
         owner = str(self.workspace.db_path)
         server = Server.of(self.config)
         return archival_for_query(
@@ -759,6 +760,7 @@ class MemoryService:
             digest_share=int(self.config.get("summarize.digest_percent")) / 100,
             folds=lambda upto: folds_for(owner, ref.agent, archival, upto),
             rewrite=None if server is None else partial(model_lines, server),
+            positions=store.archival_positions(archival),
         )
 
     def relevant_episodes(self, ref: AgentRef, query: str, session: str | None) -> list[EpisodeHit]:

@@ -74,6 +74,11 @@ def test_the_folds_follow_new_entries_and_a_changed_file_is_folded_again() -> No
     assert {k: f.count for k, f in grown.folds.items()} == {
         k: f.count for k, f in fresh.folds.items()
     }
+    shorter = grown.upto(entries, 12)  # a shorter span, without folding again
+    short = Folds()
+    short.extend(entries, 12)
+    assert [(f.count, f.last) for f in shorter.repeated()] == [(12, entries[11])]
+    assert [(f.count, f.last) for f in short.upto(entries, 12).repeated()] == [(12, entries[11])]
     changed = entries[:5] + entries[6:]  # a line removed in the older span
     assert not grown.extend(changed, 29)
 

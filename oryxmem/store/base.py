@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -91,6 +91,11 @@ class LongTermMemoryStore(ABC):
     @abstractmethod
     def entries(self) -> tuple[list[Entry], list[Entry]]:
         """Every (core, archival) entry, in order."""
+
+    def archival_positions(self, archival: Sequence[Entry]) -> Mapping[str, int]:
+        """Where each of these archival entries (as entries() gave them) is: id ->
+        index. A store that keeps the map between calls says so by overriding this."""
+        return {entry.entry_id: at for at, entry in enumerate(archival)}
 
 
 def prepare_entry(content: str, scope: str, ts: str, max_content_chars: int) -> Entry:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
@@ -76,6 +76,7 @@ class _Cached:
     key: FileStat | None  # None: the file does not exist
     doc: MemoryDocument
     folded_archival: list[str] = field(default_factory=list)
+    positions: dict[str, int] = field(default_factory=dict)  # archival id -> index
 
 
 class MarkdownMemoryStore(LongTermMemoryStore):
@@ -180,6 +181,20 @@ class MarkdownMemoryStore(LongTermMemoryStore):
         with self.lock.hold():
             doc = self._parseable_locked().doc
             return list(doc.core), list(doc.archival)
+
+    def archival_positions(self, archival: Sequence[Entry]) -> Mapping[str, int]:
+        """As the parsed file has them, kept with it and extended as entries are appended
+        (a prompt for a query asks on every build)."""
+        with self.lock.hold():
+            cached = self._parseable_locked()
+            doc, positions = cached.doc, cached.positions
+            if len(doc.archival) != len(archival) or (
+                archival and doc.archival[-1].entry_id != archival[-1].entry_id
+            ):
+                return super().archival_positions(archival)  # the file moved on since
+            for at in range(len(positions), len(doc.archival)):
+                positions[doc.archival[at].entry_id] = at
+            return positions
 
     def _recall(self, folded_keyword: str) -> list[Entry]:
         with self.lock.hold():
