@@ -272,3 +272,34 @@ def test_what_an_editor_writes_into_the_inode_a_rewrite_replaced_is_merged_back(
     assert "] typed after the save\n" in text and "] saved meanwhile\n" in text, text
     assert "] old line\n" in text
     assert any("merged back" in notice for notice in store.take_repairs())
+
+
+def test_an_orphan_merge_into_a_file_someone_wrote_since_adds_only_what_it_lacks(
+    tmp_path: Path,
+) -> None:
+    """The replaced inode got the editor's new line, and then someone (git, another
+    editor) wrote the file itself: only the typed entries the file lacks are added."""
+    store = open_store(tmp_path)
+    store.append("old line")
+    path = store.path
+    full = path.read_text() + "- [2026-07-22 09:30:00] typed into the orphan\n"
+    cut = full.index("- [2026-07-22 09:30:00] typed")
+    with open(path, "r+b") as editor:
+        editor.truncate(0)
+        editor.write(full[:cut].encode())
+        editor.flush()
+        store.append("saved meanwhile", CORE)  # a rewrite: the editor's inode is orphaned
+        editor.write(full[cut:].encode())
+    replaced = path.read_text() + "- [2026-07-22 09:31:00] written by git since\n"
+    os.utime(path)  # someone else's write, by rename as git writes
+    tmp = path.with_name("MEMORY.md.git")
+    tmp.write_text(replaced)
+    tmp.replace(path)
+    time.sleep(0.4)
+    deadline = time.monotonic() + 5
+    while not store.merge_orphans():
+        assert time.monotonic() < deadline, "the orphan was never merged"
+        time.sleep(0.05)
+    text = path.read_text()
+    assert text.count("] typed into the orphan\n") == 1
+    assert "] written by git since\n" in text and "] saved meanwhile\n" in text
