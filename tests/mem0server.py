@@ -1,11 +1,15 @@
 """A loopback server with a self-hosted mem0 server's routes over a real, embedded
 ``mem0.Memory`` (mem0's own server needs PostgreSQL with pgvector and is not on PyPI):
 POST /memories, GET /memories?agent_id=, POST /search, PUT and DELETE /memories/{id}.
-It is also the "other mem0 client" of the tests: they add and delete through it."""
+It is also the "other mem0 client" of the tests: they add and delete through it.
+
+With MEM0_SERVER_URL set, ``mem0_endpoint`` is that real mem0 server instead (and the
+tests look at it through oryxmem's http link)."""
 
 from __future__ import annotations
 
 import json
+import os
 import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -14,7 +18,7 @@ from pathlib import Path
 from threading import Thread
 from typing import Any
 
-from oryxmem.backends.mem0_link import PAGE, EmbeddedLink
+from oryxmem.backends.mem0_link import PAGE, EmbeddedLink, HttpLink, Mem0Link
 from oryxmem.config import Config
 from oryxmem.workspace import Workspace
 
@@ -104,3 +108,16 @@ def mem0_server(folder: Path) -> Iterator[tuple[str, EmbeddedLink]]:
         server.shutdown()
         server.server_close()
         link.close()
+
+
+@contextmanager
+def mem0_endpoint(folder: Path) -> Iterator[tuple[str, Mem0Link]]:
+    """MEM0_SERVER_URL's server when it is set, else the loopback one: its URL, and a
+    link to look at it (and add or delete as another client would)."""
+    url = os.environ.get("MEM0_SERVER_URL", "").rstrip("/")
+    if not url:
+        with mem0_server(folder) as (loopback, link):
+            yield loopback, link
+        return
+    config = Config(None, {"mem0.url": url, "mem0.api_key_env": "MEM0_API_KEY"})
+    yield url, HttpLink(config)

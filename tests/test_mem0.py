@@ -7,6 +7,7 @@ import json
 import os
 import time
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,10 +24,13 @@ from oryxmem.workspace import Workspace
 if importlib.util.find_spec("mem0") is None:  # not imported here: oryxmem imports it offline
     pytest.skip("oryxmem[mem0] is not installed", allow_module_level=True)
 
-from mem0server import mem0_server
+from mem0server import mem0_endpoint
 
 from oryxmem.backends.mem0_link import EmbeddedLink, Mem0Link, close_links
 from oryxmem.backends.mem0_mirror import Mem0Mirror
+
+# A real mem0 server (MEM0_SERVER_URL) is shared: each run speaks for an agent of its own.
+AGENT = f"coder-{uuid.uuid4().hex[:8]}" if os.environ.get("MEM0_SERVER_URL") else "coder"
 
 
 @pytest.fixture(autouse=True)
@@ -131,21 +135,21 @@ def until(check, seconds: float = 20) -> float:  # type: ignore[no-untyped-def]
 def test_the_daemon_mirrors_both_ways_through_a_mem0_server(
     workspace: Workspace, tmp_path: Path
 ) -> None:
-    with mem0_server(tmp_path / "server") as (url, server):
+    with mem0_endpoint(tmp_path / "server") as (url, server):
         # a line deleted in the file is deleted (not taken for a stale buffer's loss)
         mem0_workspace(
             workspace, mem0__transport="http", mem0__url=url, sync__stale_buffer_seconds="0"
         )
-        path = workspace.memory_path("coder")
+        path = workspace.memory_path(AGENT)
         with daemon(workspace, tmp_path / "daemon.log") as running:
             status, reply = running.curl(
                 "-d",
                 json.dumps({"content": "Deploys go out on Tuesdays"}),
-                "http://x/api/v1/agents/coder/memory",
+                f"http://x/api/v1/agents/{AGENT}/memory",
             )
             assert status == 200, reply
-            until(lambda: "Deploys go out on Tuesdays" in texts(server, "coder"))
-            held = {m.text: m for m in server.memories("coder")}
+            until(lambda: "Deploys go out on Tuesdays" in texts(server, AGENT))
+            held = {m.text: m for m in server.memories(AGENT)}
             assert held["Deploys go out on Tuesdays"].oryxmem_id == reply["data"]["entry"]["id"]
             # another mem0 client adds: it reaches MEMORY.md
             post(
@@ -153,13 +157,13 @@ def test_the_daemon_mirrors_both_ways_through_a_mem0_server(
                 "/memories",
                 {
                     "messages": [{"role": "user", "content": "Prefers tabs"}],
-                    "agent_id": "coder",
+                    "agent_id": AGENT,
                     "infer": False,
                 },
             )
             took = until(lambda: "] Prefers tabs\n" in path.read_text())
             assert took < 5, took
-            until(lambda: all(m.oryxmem_id for m in server.memories("coder")))
+            until(lambda: all(m.oryxmem_id for m in server.memories(AGENT)))
             # another client deletes: the line leaves MEMORY.md (and goes to history)
             gone = held["Deploys go out on Tuesdays"].id
             req = urllib.request.Request(f"{url}/memories/{gone}", method="DELETE")
@@ -169,16 +173,16 @@ def test_the_daemon_mirrors_both_ways_through_a_mem0_server(
             text = path.read_text()
             kept = [line for line in text.splitlines(True) if "Prefers tabs" not in line]
             path.write_text("".join(kept))
-            until(lambda: "Prefers tabs" not in texts(server, "coder"))
+            until(lambda: "Prefers tabs" not in texts(server, AGENT))
             status, reply = running.curl(
                 "-d",
                 json.dumps({"content": "kept across a restart"}),
-                "http://x/api/v1/agents/coder/memory",
+                f"http://x/api/v1/agents/{AGENT}/memory",
             )
-            until(lambda: "kept across a restart" in texts(server, "coder"))
+            until(lambda: "kept across a restart" in texts(server, AGENT))
         with daemon(workspace, tmp_path / "daemon2.log"):  # the mapping survives: no doubles
             time.sleep(2.5)
-            assert texts(server, "coder") == ["kept across a restart"]
+            assert texts(server, AGENT) == ["kept across a restart"]
         assert run_cli("sync", "--check").returncode == 0
         history = sql(
             workspace,
@@ -241,9 +245,9 @@ def test_a_soak_of_saves_edits_mem0_adds_and_deletes_and_sigkill_loses_nothing(
 
     rng = random.Random(int(os.environ.get("ORYXMEM_MEM0_SOAK_SEED", "14")))
     steps = int(os.environ.get("ORYXMEM_MEM0_SOAK_STEPS", "60"))
-    with mem0_server(tmp_path / "server") as (url, server):
+    with mem0_endpoint(tmp_path / "server") as (url, server):
         mem0_workspace(workspace, mem0__transport="http", mem0__url=url)
-        path = workspace.memory_path("coder")
+        path = workspace.memory_path(AGENT)
         running = start_daemon(workspace, tmp_path / "daemon.log")
         expected: list[str] = []
         try:
@@ -252,7 +256,7 @@ def test_a_soak_of_saves_edits_mem0_adds_and_deletes_and_sigkill_loses_nothing(
                 content = f"{kind} {step}"
                 if kind == "save":
                     body = json.dumps({"content": content})
-                    status, _ = running.curl("-d", body, "http://x/api/v1/agents/coder/memory")
+                    status, _ = running.curl("-d", body, f"http://x/api/v1/agents/{AGENT}/memory")
                     assert status == 200
                     expected.append(content)
                 elif kind == "type":
@@ -264,10 +268,10 @@ def test_a_soak_of_saves_edits_mem0_adds_and_deletes_and_sigkill_loses_nothing(
                     expected.append(content)
                 elif kind == "add":
                     message = {"role": "user", "content": content}
-                    post(url, "/memories", {"messages": [message], "agent_id": "coder"})
+                    post(url, "/memories", {"messages": [message], "agent_id": AGENT})
                     expected.append(content)
                 elif kind == "delete":
-                    mapped = [m for m in server.memories("coder") if m.oryxmem_id]
+                    mapped = [m for m in server.memories(AGENT) if m.oryxmem_id]
                     if mapped:
                         victim = rng.choice(mapped)
                         req = urllib.request.Request(f"{url}/memories/{victim.id}", method="DELETE")
@@ -283,7 +287,7 @@ def test_a_soak_of_saves_edits_mem0_adds_and_deletes_and_sigkill_loses_nothing(
             def settled() -> bool:
                 doc = parse(path.read_text())
                 in_file = sorted(e.content for e in doc.all_entries())
-                return in_file == sorted(expected) == texts(server, "coder")
+                return in_file == sorted(expected) == texts(server, AGENT)
 
             until(settled, 30)
         finally:
