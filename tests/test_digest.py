@@ -114,6 +114,7 @@ def test_a_slow_failing_or_garbage_model_leaves_the_offline_digest_in_time(
 ) -> None:
     service, chat = chat_config
     busy_agent(service)
+    service.search("a", "the model is loaded before the clock starts")
     chat.mode = mode
     started = time.monotonic()
     block = service.build_context("a", query=QUESTION)
