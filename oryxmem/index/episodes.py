@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -35,7 +36,8 @@ if TYPE_CHECKING:
     import numpy.typing as npt
     from sqlite_utils import Database
 
-VERSION = 3  # 2: the round before as a context column; 3: a vector per message
+VERSION = 4  # 2: the round before as a context column; 3: a vector per message; 4: updated_at
+RECENT_SECONDS = 2  # a session changed this lately is checked by its messages' count too
 USER_CHARS = 1000
 ROUND_CHARS = 2000
 POOL = 200  # candidates each arm brings to the fusion
@@ -134,7 +136,8 @@ class EpisodeIndex:
             )
             db.execute("CREATE TABLE episode_vectors (id INTEGER PRIMARY KEY, vector BLOB)")
             db.execute(
-                "CREATE TABLE episode_state (session TEXT PRIMARY KEY, messages INTEGER NOT NULL)"
+                "CREATE TABLE episode_state (session TEXT PRIMARY KEY, messages INTEGER NOT NULL,"
+                " updated_at TEXT)"
             )
 
     def drop(self, db: Database) -> None:
@@ -149,45 +152,66 @@ class EpisodeIndex:
     # --- catching up ------------------------------------------------------------------
 
     def pending(self, db: Executes) -> int:
-        """Sessions whose messages the index has not all taken in."""
+        """Sessions changed since the index took them in (or gone)."""
         made = db.execute("SELECT 1 FROM sqlite_master WHERE name = 'episode_state'").fetchone()
         if made is None:
             return int(db.execute("SELECT count(*) FROM sessions").fetchone()[0])
         row = db.execute(
             "SELECT count(*) FROM sessions s LEFT JOIN episode_state e ON e.session = s.id"
-            " WHERE json_array_length(s.messages_json) != coalesce(e.messages, 0)"
+            " WHERE e.updated_at IS NOT s.updated_at"
         ).fetchone()
         gone = db.execute(
             "SELECT count(*) FROM episode_state WHERE session NOT IN (SELECT id FROM sessions)"
         ).fetchone()
         return int(row[0]) + int(gone[0])
 
+    def _candidates(self, db: Executes) -> list[tuple[str, int]]:
+        """(session, messages taken in) of the sessions that may have changed: their
+        updated_at is not the one taken in, or is so recent that a second message of the
+        same second may have come (updated_at counts seconds). Reads no messages."""
+        recent = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(time.time() - RECENT_SECONDS))
+        rows = db.execute(
+            "SELECT s.id, coalesce(e.messages, 0) FROM sessions s"
+            " LEFT JOIN episode_state e ON e.session = s.id"
+            " WHERE e.updated_at IS NOT s.updated_at OR s.updated_at >= ?",
+            [recent],
+        )
+        return [(str(session), int(had)) for session, had in rows]
+
     def catch_up(self, db: Database, max_sessions: int = SESSIONS_PER_STEP) -> int:
         """Take in the sessions whose messages changed (at most max_sessions of them):
         their rounds are made (and embedded) with no transaction open, then written in
         one short one. Returns the sessions taken in."""
         self.ensure(db)
-        changed = db.execute(
-            "SELECT s.id, s.agent, s.messages_json, coalesce(e.messages, 0) FROM sessions s"
-            " LEFT JOIN episode_state e ON e.session = s.id"
-            " WHERE json_array_length(s.messages_json) != coalesce(e.messages, 0) LIMIT ?",
-            [max_sessions],
-        ).fetchall()
-        work = []
-        for session, agent, raw, had in changed:
+        work: list[tuple[str, str, int, int, list[Round], list[str], Any]] = []
+        touched = []  # seen again, nothing new: only their updated_at is kept
+        for session, had in self._candidates(db):
+            if len(work) >= max_sessions:
+                break
+            row = db.execute(
+                "SELECT agent, messages_json, updated_at FROM sessions WHERE id = ?", [session]
+            ).fetchone()
+            if row is None:
+                continue
+            agent, raw, updated_at = row
             messages = json.loads(raw)
+            if len(messages) == had:
+                touched.append((session, had, updated_at))
+                continue
             made = rounds(messages)
             # the rounds from the one that held the last message taken in: it may have grown
-            keep = sum(1 for r in made if r.first_message < had) - 1 if had else 0
-            fresh = made[max(keep, 0) :]
+            keep = max(sum(1 for r in made if r.first_message < had) - 1, 0) if had else 0
+            fresh = made[keep:]
             context = [made[r.number - 1].text if r.number else "" for r in fresh]
             vectors = None
             if self.embed and fresh:  # a vector per message: a round is as close as its best
                 vectors = self.embed([part for r in fresh for part in r.parts])
-            work.append((session, agent, len(messages), max(keep, 0), fresh, context, vectors))
+            work.append((session, agent, len(messages), keep, fresh, context, vectors))
         with write_transaction(db):
             for session, agent, count, keep, fresh, context, vectors in work:
                 self._write(db, session, agent, count, keep, fresh, context, vectors)
+            for session, count, updated_at in touched:
+                self._state(db, session, count, updated_at)
             gone = [
                 row[0]
                 for row in db.execute(
@@ -199,6 +223,15 @@ class EpisodeIndex:
                 self._forget(db, session, 0)
                 db.execute("DELETE FROM episode_state WHERE session = ?", [session])
         return len(work) + len(gone)
+
+    @staticmethod
+    def _state(db: Database, session: str, count: int, updated_at: str | None) -> None:
+        db.execute(
+            "INSERT INTO episode_state(session, messages, updated_at) VALUES (?, ?, ?)"
+            " ON CONFLICT(session) DO UPDATE SET messages = excluded.messages,"
+            " updated_at = excluded.updated_at",
+            [session, count, updated_at],
+        )
 
     def _write(
         self,
@@ -212,7 +245,8 @@ class EpisodeIndex:
         vectors: npt.NDArray[np.float32] | None,
     ) -> None:
         now = db.execute(
-            "SELECT json_array_length(messages_json) FROM sessions WHERE id = ?", [session]
+            "SELECT json_array_length(messages_json), updated_at FROM sessions WHERE id = ?",
+            [session],
         ).fetchone()
         if now is None or int(now[0]) != count:
             return  # it changed meanwhile: the next step takes it in
@@ -240,11 +274,7 @@ class EpisodeIndex:
             insert_values(
                 db, "INSERT INTO episode_vectors(id, vector)", list(zip(ids, blobs, strict=True))
             )
-        db.execute(
-            "INSERT INTO episode_state(session, messages) VALUES (?, ?)"
-            " ON CONFLICT(session) DO UPDATE SET messages = excluded.messages",
-            [session, count],
-        )
+        self._state(db, session, count, now[1])
 
     @staticmethod
     def _forget(db: Database, session: str, from_round: int) -> None:
