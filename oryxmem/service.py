@@ -463,6 +463,8 @@ class MemoryService:
                         rows.record_history(self.db, agent, "repair", "file", None, repair)
                 if indexes_follow:  # the rows of these saves, or a step of a rebuild
                     self._catch_up(self._following_saves(), max_steps=1)
+            for agent in pending:  # committed: the log of answered saves may let go
+                self.files.get(agent).rows_have_answered()
         except Exception as error:  # the file has them; sync mirrors them. The acks stand.
             if is_locked(error):  # another program holds the database: try again soon
                 self._unmirrored = {**pending, **self._unmirrored}
@@ -574,6 +576,33 @@ class MemoryService:
 
         return SyncEngine(self.workspace, self.db, self.files, self.config)
 
+    def recover_answered(self) -> int:
+        """Saves answered before a crash whose rows never came (store/answered.py): into
+        the rows now, with their history, so reconcile puts back into MEMORY.md what an
+        old copy of the file written meanwhile took out. Returns how many were missing."""
+        missing_total = 0
+        for agent in ["", *self.workspace.agent_names()]:
+            store = self.files.get(agent)
+            with store.lock.hold():
+                noted = store.answered.entries()
+                if not noted:
+                    continue
+                with write_transaction(self.db):
+                    missing = rows.entries_not_in_rows(self.db, agent, noted)
+                    rows.record_history_rows(
+                        self.db, [rows.history_row(agent, "add", "recovered", e) for e in missing]
+                    )
+                    rows.insert_rows(self.db, agent, missing, "recovered")
+                store.answered.forget()
+            if missing:
+                log.warning(
+                    "%s: %d answered saves were not in the rows after a stop; taken in",
+                    agent or "(global)",
+                    len(missing),
+                )
+            missing_total += len(missing)
+        return missing_total
+
     def sync(
         self,
         agents: Sequence[str] | None = None,
@@ -583,6 +612,8 @@ class MemoryService:
     ) -> list[AgentReport]:
         """One pass of sync over every agent (or those named), then the indexes follow."""
         self.mirror_saves()
+        if not dry_run:
+            self.recover_answered()
         reports = self.sync_engine().reconcile_all(agents, dry_run=dry_run, progress=progress)
         if not dry_run:
             self.catch_up_indexes()

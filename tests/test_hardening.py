@@ -667,3 +667,45 @@ def test_an_editor_pausing_mid_rewrite_with_the_file_open_is_never_written_over(
     for line in final.splitlines():
         assert line == "" or line.startswith(("## ", "- [")), final
     healthy(running)
+
+
+def test_a_save_answered_just_before_a_crash_survives_a_stale_buffer_written_meanwhile(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    """The soak found it: saves answered (durable in MEMORY.md), an old copy of the file
+    written back by an editor, and the daemon killed before the saves' rows (and the
+    history that protects them) were committed: they were in neither place. Answered
+    saves are noted beside the lock until the rows have them; after the crash they are
+    taken into the rows, and reconcile puts them back into the file."""
+    from daemonhelp import start_daemon
+
+    running = start_daemon(workspace, tmp_path / "daemon.log")
+    assert save_to(running, "crash", "before")[0] == 200
+    path = workspace.memory_path("crash")
+    eventually(workspace, "SELECT count(*) FROM memory_entries WHERE agent = 'crash'", "1", 30)
+    stale = path.read_text()
+    holder = subprocess.Popen(["sqlite3", str(workspace.db_path)], stdin=subprocess.PIPE, text=True)
+    assert holder.stdin is not None
+    holder.stdin.write("BEGIN EXCLUSIVE;\nSELECT 1;\n")  # the rows cannot follow the saves
+    holder.stdin.flush()
+    time.sleep(0.5)
+    try:
+        for n in range(3):
+            assert save_to(running, "crash", f"answered {n}")[0] == 200
+        editor = path.with_name("MEMORY.md.swp")
+        editor.write_text(stale)  # the editor's old buffer, by rename
+        editor.replace(path)
+        running.proc.kill()
+        running.proc.wait()
+        running.notifications.close()
+    finally:
+        holder.stdin.write("COMMIT;\n.quit\n")
+        holder.stdin.flush()
+        holder.wait(timeout=30)
+    with daemon(workspace, tmp_path / "daemon2.log"):
+        deadline = time.monotonic() + 20
+        while not all(f"] answered {n}\n" in path.read_text() for n in range(3)):
+            assert time.monotonic() < deadline, path.read_text()
+            time.sleep(0.1)
+    assert path.read_text().count("] answered 0\n") == 1
+    assert run_cli("sync", "--check").returncode == 0

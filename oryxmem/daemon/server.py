@@ -99,6 +99,9 @@ class Daemon:
         self.watcher.before_reconcile = self.worker.flush
         self.watcher.after_reconcile = self.worker.indexes_changed
         notify("STATUS=catching up with changes made while stopped")
+        recovery = MemoryService(self.workspace, self.config, files=service.files)
+        recovery.recover_answered()  # before the catch-up: it puts back what they lost
+        recovery.close()
         self.watcher.start()
         self.worker.start()
         self.indexer.start()

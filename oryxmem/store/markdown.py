@@ -32,6 +32,7 @@ from oryxmem.fileio import (
     retry_on_change,
     wait_until_quiet,
 )
+from oryxmem.store.answered import AnsweredLog
 from oryxmem.store.base import LongTermMemoryStore, MemorySnapshot, StoreLimits, StoreResources
 from oryxmem.store.format import (
     Entry,
@@ -93,6 +94,8 @@ class MarkdownMemoryStore(LongTermMemoryStore):
         self.written_key: FileStat | None = None
         self._waiting_since: float | None = None  # when a wait for an editor began
         self._orphans: list[Orphan] = []  # inodes replaced while an editor may write on
+        # Saves answered and not yet in the rows, noted durably (store/answered.py).
+        self.answered = AnsweredLog(lock.lock_path.with_name(lock.lock_path.name + ".answered"))
 
     @classmethod
     def for_agent(cls, agent: str, resources: StoreResources) -> MarkdownMemoryStore:
@@ -221,6 +224,7 @@ class MarkdownMemoryStore(LongTermMemoryStore):
             entries, before = retry_on_change(
                 SAVE_ATTEMPTS, lambda: self.append_locked(additions), self.forget
             )
+            self.answered.add(entries)  # until the rows have them (a crash, a stale buffer)
         assert self.written_key is not None  # set by the write just made
         return Append(before, entries, self.written_key)
 
@@ -241,6 +245,11 @@ class MarkdownMemoryStore(LongTermMemoryStore):
         last write left it, nor as another oryxmem process did (it notes what it left,
         and is done when it lets go of the lock); the caller holds the lock."""
         return key is not None and key != self.written_key and key != self.lock.last_written()
+
+    def rows_have_answered(self) -> None:
+        """The saves this process answered are in the rows now: out of the log."""
+        with self.lock.hold():
+            self.answered.forget(os.getpid())
 
     def forget(self) -> None:
         """Drop the parsed copy: the next read parses the file again."""
