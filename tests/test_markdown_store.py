@@ -303,3 +303,23 @@ def test_an_orphan_merge_into_a_file_someone_wrote_since_adds_only_what_it_lacks
     text = path.read_text()
     assert text.count("] typed into the orphan\n") == 1
     assert "] written by git since\n" in text and "] saved meanwhile\n" in text
+
+
+def test_the_answered_log_keeps_other_processes_records_and_leaves_no_temp_file(
+    tmp_path: Path,
+) -> None:
+    from oryxmem.store.answered import AnsweredLog
+
+    locks = tmp_path / "locks"
+    log = AnsweredLog(locks / "agent-a.lock.answered")
+    mine = parse(f"## 归档记忆\n- [{TS}] mine\n").archival
+    log.add(mine)
+    with open(log.path, "a") as other:  # another process's save, not in the rows yet
+        other.write('{"pid": 1, "scope": "archival", "ts": null, "content": "theirs", "id": "x"}\n')
+        other.write('{"pid": 1, "scope": "archi')  # and one a crash cut short
+    assert [e.content for e in log.entries()] == ["mine", "theirs"]
+    log.forget(os.getpid())
+    assert [e.content for e in log.entries()] == ["theirs"]
+    log.forget()
+    assert log.entries() == [] and log.path.read_bytes() == b""
+    assert sorted(p.name for p in locks.iterdir()) == ["agent-a.lock.answered"]

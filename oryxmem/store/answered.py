@@ -17,7 +17,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from oryxmem.fileio import atomic_write, open_regular
+from oryxmem.fileio import open_regular
 from oryxmem.store.format import Entry
 
 
@@ -78,13 +78,15 @@ class AnsweredLog:
         kept = [r for r in records if pid is not None and r.get("pid") != pid]
         if len(kept) == len(records):
             return
-        if not kept:  # the usual case: emptied in place, one small fdatasync
-            fd = open_regular(self.path, os.O_WRONLY, one_link=True)
-            try:
-                os.ftruncate(fd, 0)
-                os.fdatasync(fd)
-            finally:
-                os.close(fd)
-            return
-        text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in kept)
-        atomic_write(self.path, text.encode("utf-8"), default_mode=0o600)
+        # In place, under the caller's lock (no temp file a kill could leave behind): the
+        # kept records first, then the end cut; a crash between leaves records of saves
+        # the rows have, which recovery finds there already.
+        data = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in kept).encode("utf-8")
+        fd = open_regular(self.path, os.O_WRONLY, one_link=True)
+        try:
+            if data:
+                os.pwrite(fd, data, 0)
+            os.ftruncate(fd, len(data))
+            os.fdatasync(fd)
+        finally:
+            os.close(fd)
