@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import signal
 import statistics
 import subprocess
@@ -232,6 +233,13 @@ def start_oryxmem(
             raise RuntimeError(log.read_text())
         time.sleep(0.01)
     return proc
+
+
+def daemon_on_socket(root: Path, name: str) -> tuple[subprocess.Popen[bytes], Path]:
+    """`oryxmem daemon` on a workspace, on a socket of its own under /tmp, once it serves."""
+    sock = Path(f"/tmp/oryxmem-{name}-{random.randrange(1 << 30)}.sock")
+    env = {"ORYXMEM_SOCKET": str(sock)}
+    return start_oryxmem(["daemon"], root, root / "daemon.log", b"serving", env), sock
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:

@@ -30,27 +30,20 @@ from pathlib import Path
 from bench.common import (
     Figure,
     at_most,
+    daemon_on_socket,
     percentile,
     run_alone,
     scratch_workspace,
-    start_oryxmem,
     stop,
 )
 from oryxmem.client import Client
 from oryxmem.config import set_value
 
 
-def _daemon(root: Path, name: str) -> tuple[object, Client]:
-    sock = Path(f"/tmp/oryxmem-{name}-{random.randrange(1 << 30)}.sock")
-    proc = start_oryxmem(
-        ["daemon"], root, root / "daemon.log", b"serving", {"ORYXMEM_SOCKET": str(sock)}
-    )
-    return proc, Client(sock)
-
-
 def save_times(root: Path, saves: int, name: str) -> tuple[list[float], list[float]]:
     """Save p50 samples, and how long each of a few saves took to reach mem0 (if mem0)."""
-    proc, client = _daemon(root, name)
+    proc, sock = daemon_on_socket(root, name)
+    client = Client(sock)
     try:
         for n in range(20):
             client.save("coder", f"warm up {n}")
@@ -71,7 +64,7 @@ def save_times(root: Path, saves: int, name: str) -> tuple[list[float], list[flo
         return times, reach
     finally:
         client.close()
-        stop(proc)  # type: ignore[arg-type]
+        stop(proc)
 
 
 def foreign_delays(root: Path, count: int) -> list[float]:
@@ -86,7 +79,8 @@ def foreign_delays(root: Path, count: int) -> list[float]:
             ("mem0.url", url),
         ):
             set_value(root / ".oryxos" / "config.toml", key, value)
-        proc, client = _daemon(root, "mem0-http")
+        proc, sock = daemon_on_socket(root, "mem0-http")
+        client = Client(sock)
         path = root / ".oryxos" / "agents" / "coder" / "MEMORY.md"
         try:
             client.save("coder", "the agent exists")
@@ -106,7 +100,7 @@ def foreign_delays(root: Path, count: int) -> list[float]:
                 time.sleep(random.random() * 0.5)
         finally:
             client.close()
-            stop(proc)  # type: ignore[arg-type]
+            stop(proc)
     return delays
 
 

@@ -35,10 +35,10 @@ from bench.common import (
     at_most,
     below,
     cpu_seconds,
+    daemon_on_socket,
     percentile,
     run_alone,
     scratch_workspace,
-    start_oryxmem,
     stop,
 )
 from oryxmem.client import Client
@@ -212,10 +212,7 @@ def run(args: argparse.Namespace) -> list[Figure]:
             },
         )
         seed_sessions(workspace, "big", args.sessions)
-        sock = Path(f"/tmp/oryxmem-search-{random.randrange(1 << 30)}.sock")
-        proc = start_oryxmem(
-            ["daemon"], root, root / "daemon.log", b"serving", {"ORYXMEM_SOCKET": str(sock)}
-        )
+        proc, sock = daemon_on_socket(root, "search")
         try:
             client = Client(sock)
             rng = random.Random(11)

@@ -25,14 +25,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from oryxmem.index.bm25 import BM25Index
-from oryxmem.index.vectors import VectorIndex
+from oryxmem.index.vectors import VectorIndex, normalised_top
 from oryxmem.store.db import Executes, select_in
 
 if TYPE_CHECKING:
-    import numpy.typing as npt
+    pass
 
 MODES = ("hybrid", "semantic", "keyword")
 # On the dev set every weight of the semantic arm from 0.1 to 0.3 beats the keyword arm
@@ -90,7 +88,7 @@ def rank(
     unembedded = 0
     if vectors is not None and mode in ("hybrid", "semantic"):
         found = vectors.scores(db, agent, query)
-        semantic_scores = _normalised_top(found.row_ids, found.similarity, POOL)
+        semantic_scores = normalised_top(found.row_ids, found.similarity, POOL)
         unembedded = found.unembedded
     candidates = keyword_scores.keys() | semantic_scores.keys()
     exact = _holding_whole(db, query, candidates) if mode != "semantic" else set()
@@ -133,20 +131,4 @@ def _holding_whole(db: Executes, query: str, candidates: set[int]) -> set[int]:
             db, "SELECT id, content FROM memory_entries WHERE id IN ({marks})", list(candidates)
         )
         if isinstance(content, str) and folded in content.casefold()
-    }
-
-
-def _normalised_top(
-    row_ids: npt.NDArray[np.int64], similarity: npt.NDArray[np.float32], pool: int
-) -> dict[int, tuple[float, float]]:
-    """The pool best rows by similarity: (min-max scaled over all of the agent's rows,
-    the cosine itself)."""
-    if not len(row_ids):
-        return {}
-    low, high = float(similarity.min()), float(similarity.max())
-    span = high - low if high > low else 1.0
-    count = min(pool, len(row_ids))
-    top = np.argpartition(-similarity, count - 1)[:count]
-    return {
-        int(row_ids[i]): ((float(similarity[i]) - low) / span, float(similarity[i])) for i in top
     }

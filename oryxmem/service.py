@@ -364,8 +364,8 @@ class MemoryService:
         except OryxError as error:
             batch.outcomes = [error] * len(requests)
             return batch
-        if batch.store.being_written_by_others():  # this write will wait for quiet:
-            self.mirror_saves()  # what was saved before is in the rows first, whatever comes
+        if batch.store.written_by_others():  # an editor or git wrote it last (it may be
+            self.mirror_saves()  # an old copy): what was saved before is in the rows first
         for index, request in enumerate(requests):
             try:
                 batch.prepared.append((index, batch.store.prepare(request.content, request.scope)))

@@ -6,13 +6,14 @@ given. It can be told to answer slowly, to fail, or to send garbage of several k
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from threading import Thread
+
+from loopback import JsonHandler, serving
 
 GARBAGE = {
     "not-json": b"<html>busy</html>",
@@ -32,10 +33,7 @@ class Chat:
 def chat_server() -> Iterator[tuple[str, Chat]]:
     chat = Chat()
 
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args: object) -> None:
-            return None
-
+    class Handler(JsonHandler):
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             chat.requests.append(body)
@@ -60,20 +58,8 @@ def chat_server() -> Iterator[tuple[str, Chat]]:
                     {"choices": [{"message": {"role": "assistant", "content": text}}]}
                 ).encode()
             )
-            try:
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(raw)))
-                self.end_headers()
-                self.wfile.write(raw)
-            except OSError:
-                pass  # the client gave up on a slow answer
+            with contextlib.suppress(OSError):  # the client gave up on a slow answer
+                self.send_json(200, raw)
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", chat
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(Handler) as url:
+        yield url, chat

@@ -72,22 +72,32 @@ def run_cli(
     )
 
 
-def run_offline(script: str, home: Path) -> str:
+# Every socket connection the script's Python side attempts is recorded; none may be.
+OFFLINE_PRELUDE = (
+    "import sys\n"
+    "tried = []\n"
+    "sys.addaudithook(lambda e, a: tried.append(a) if e == 'socket.connect' else None)\n"
+)
+OFFLINE_CODA = "assert tried == [], tried\nprint('offline ok')\n"
+
+
+def run_offline(script: str, home: Path) -> None:
     """Run a Python script with no network at all (a network namespace of its own, with
-    only a down loopback) and HOME at ``home``; its stdout. Skips where that cannot be."""
+    only a down loopback) and HOME at ``home``, every connection it tries recorded: it
+    must succeed and have tried none. Skips where that cannot be."""
     import shutil
 
     if shutil.which("unshare") is None or os.geteuid() != 0:
         pytest.skip("needs unshare and root for a network namespace")
     done = subprocess.run(
-        ["unshare", "-n", sys.executable, "-c", script],
+        ["unshare", "-n", sys.executable, "-c", OFFLINE_PRELUDE + script + OFFLINE_CODA],
         capture_output=True,
         text=True,
         timeout=120,
         env={**os.environ, "HOME": str(home)},
     )
     assert done.returncode == 0, done.stderr
-    return done.stdout
+    assert done.stdout.strip() == "offline ok", done.stdout
 
 
 # What an MCP client sends first (over stdio, one JSON object per line).

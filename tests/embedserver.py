@@ -15,9 +15,9 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
+from loopback import JsonHandler, serving
 
 DIM = 64
 
@@ -42,10 +42,7 @@ class Behaviour:
 def embeddings_server() -> Iterator[tuple[str, Behaviour]]:
     behaviour = Behaviour()
 
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args: object) -> None:
-            return None
-
+    class Handler(JsonHandler):
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             behaviour.requests.append(body)
@@ -72,17 +69,7 @@ def embeddings_server() -> Iterator[tuple[str, Behaviour]]:
                 if behaviour.mode == "garbage"
                 else json.dumps({"object": "list", "data": data, "model": body["model"]}).encode()
             )
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(answer)))
-            self.end_headers()
-            self.wfile.write(answer)
+            self.send_json(200, answer)
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", behaviour
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(Handler) as url:
+        yield url, behaviour

@@ -13,10 +13,10 @@ import os
 import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from threading import Thread
 from typing import Any
+
+from loopback import JsonHandler, serving
 
 from oryxmem.backends.mem0_link import PAGE, EmbeddedLink, HttpLink, Mem0Link
 from oryxmem.config import Config
@@ -29,17 +29,9 @@ def mem0_server(folder: Path) -> Iterator[tuple[str, EmbeddedLink]]:
     link = EmbeddedLink(Workspace(folder), Config.defaults())
     memory = link.memory
 
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args: object) -> None:
-            return None
-
+    class Handler(JsonHandler):
         def _answer(self, status: int, body: Any) -> None:
-            raw = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(raw)))
-            self.end_headers()
-            self.wfile.write(raw)
+            self.send_json(status, json.dumps(body).encode())
 
         def _body(self) -> Any:
             return json.loads(
@@ -99,14 +91,10 @@ def mem0_server(folder: Path) -> Iterator[tuple[str, EmbeddedLink]]:
                 memory.delete(memory_id)
             self._answer(200, {"message": "Memory deleted successfully"})
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = Thread(target=server.serve_forever, daemon=True)
-    thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", link
+        with serving(Handler) as url:
+            yield url, link
     finally:
-        server.shutdown()
-        server.server_close()
         link.close()
 
 

@@ -246,6 +246,28 @@ def test_an_append_never_goes_to_a_file_replaced_since_it_was_read(tmp_path: Pat
     assert [e.content for e in store.entries()[1]] == ["from the other branch"]
 
 
+def orphaned_edit(store: MarkdownMemoryStore, typed: str) -> None:
+    """An editor truncates MEMORY.md and writes it again with one more line (``typed``),
+    and while it is at it a core save rewrites the file: the rest of its writing, the
+    typed line with it, goes into the replaced inode."""
+    full = store.path.read_text() + f"- [2026-07-22 09:30:00] {typed}\n"
+    cut = full.index(f"- [2026-07-22 09:30:00] {typed}")
+    with open(store.path, "r+b") as editor:
+        editor.truncate(0)
+        editor.write(full[:cut].encode())
+        editor.flush()
+        store.append("saved meanwhile", CORE)  # waits for quiet, then rewrites
+        editor.write(full[cut:].encode())  # into the replaced inode
+
+
+def merged(store: MarkdownMemoryStore) -> None:
+    """Until the store has merged what its orphaned inodes received (5 s at most)."""
+    deadline = time.monotonic() + 5
+    while not store.merge_orphans():
+        assert time.monotonic() < deadline, "the orphan was never merged"
+        time.sleep(0.05)
+
+
 def test_what_an_editor_writes_into_the_inode_a_rewrite_replaced_is_merged_back(
     tmp_path: Path,
 ) -> None:
@@ -255,19 +277,9 @@ def test_what_an_editor_writes_into_the_inode_a_rewrite_replaced_is_merged_back(
     store = open_store(tmp_path)
     store.append("old line")
     path = store.path
-    full = path.read_text() + "- [2026-07-22 09:30:00] typed after the save\n"
-    cut = full.index("- [2026-07-22 09:30:00] typed")
-    with open(path, "r+b") as editor:
-        editor.truncate(0)
-        editor.write(full[:cut].encode())
-        editor.flush()
-        store.append("saved meanwhile", CORE)  # waits for quiet, then rewrites
-        editor.write(full[cut:].encode())  # into the replaced inode
+    orphaned_edit(store, "typed after the save")
     assert "typed after the save" not in path.read_text()
-    deadline = time.monotonic() + 5
-    while not store.merge_orphans():
-        assert time.monotonic() < deadline, "the orphan was never merged"
-        time.sleep(0.05)
+    merged(store)
     text = path.read_text()
     assert "] typed after the save\n" in text and "] saved meanwhile\n" in text, text
     assert "] old line\n" in text
@@ -282,24 +294,14 @@ def test_an_orphan_merge_into_a_file_someone_wrote_since_adds_only_what_it_lacks
     store = open_store(tmp_path)
     store.append("old line")
     path = store.path
-    full = path.read_text() + "- [2026-07-22 09:30:00] typed into the orphan\n"
-    cut = full.index("- [2026-07-22 09:30:00] typed")
-    with open(path, "r+b") as editor:
-        editor.truncate(0)
-        editor.write(full[:cut].encode())
-        editor.flush()
-        store.append("saved meanwhile", CORE)  # a rewrite: the editor's inode is orphaned
-        editor.write(full[cut:].encode())
+    orphaned_edit(store, "typed into the orphan")
     replaced = path.read_text() + "- [2026-07-22 09:31:00] written by git since\n"
     os.utime(path)  # someone else's write, by rename as git writes
     tmp = path.with_name("MEMORY.md.git")
     tmp.write_text(replaced)
     tmp.replace(path)
     time.sleep(0.4)
-    deadline = time.monotonic() + 5
-    while not store.merge_orphans():
-        assert time.monotonic() < deadline, "the orphan was never merged"
-        time.sleep(0.05)
+    merged(store)
     text = path.read_text()
     assert text.count("] typed into the orphan\n") == 1
     assert "] written by git since\n" in text and "] saved meanwhile\n" in text

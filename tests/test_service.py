@@ -220,3 +220,20 @@ def test_a_small_file_is_recalled_from_itself(service: MemoryService, workspace:
     assert cli.recall("coder", "quick").lines[0].endswith("small and quick")
     assert cli._db is None
     cli.close()
+
+
+def test_sync_takes_in_answered_saves_whose_rows_never_came(service: MemoryService) -> None:
+    """What a crash between an answer and its rows left in the answered log (and an old
+    copy of the file took out of MEMORY.md) is back in the rows and the file after sync."""
+    from oryxmem.store.format import ARCHIVAL, EntryIds
+
+    service.save("a", "kept")
+    store = service.files.get("a")
+    lost = EntryIds().entry(ARCHIVAL, "2026-07-22 09:30:00", "answered, never mirrored")
+    with store.lock.hold():
+        store.answered.add([lost])
+    service.sync()
+    assert "] answered, never mirrored\n" in service.workspace.memory_path("a").read_text()
+    held = service.db.execute("SELECT content FROM memory_entries WHERE agent = 'a'")
+    assert sorted(row[0] for row in held) == ["answered, never mirrored", "kept"]
+    assert store.answered.entries() == []

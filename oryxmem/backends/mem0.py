@@ -95,13 +95,13 @@ class Mem0MemoryStore(LongTermMemoryStore):
         self.link.add(self.agent, entry.content, metadata_of(entry))
         return entry
 
-    def _push(self) -> None:
-        if self.rows is not None:
-            self.rows.pass_agent(self.agent)
+    def _push(self) -> list[Mem0Memory] | None:
+        """mem0 brought up to the rows; its memories, when the push changed none."""
+        return self.rows.pass_agent(self.agent).memories if self.rows is not None else None
 
     def entries(self) -> tuple[list[Entry], list[Entry]]:
-        self._push()
-        return entries_of(self.link.memories(self.agent))
+        memories = self._push()
+        return entries_of(memories if memories is not None else self.link.memories(self.agent))
 
     def load(self) -> MemorySnapshot:
         core, archival = self.entries()

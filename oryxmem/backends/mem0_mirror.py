@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from oryxmem.backends.mem0 import metadata_of
@@ -63,7 +63,9 @@ class MirrorReport:
     deleted: int = 0  # memories deleted from mem0 (their entries were removed here)
     brought_in: int = 0  # memories another client added, now in MEMORY.md
     removed: int = 0  # entries another client deleted in mem0, now out of the rows
-    notes: list[str] = field(default_factory=list)
+    doubles: int = 0  # second memories of one entry, deleted
+    # mem0's memories of the agent as the pass found them, when it changed none of them
+    memories: list[Mem0Memory] | None = None
 
     @property
     def changed(self) -> bool:
@@ -158,6 +160,7 @@ class Mem0Mirror:
             keep, *extra = held
             for memory in extra:  # one entry, two memories: a crash between add and record
                 self.link.delete(memory.id)
+                report.doubles += 1
             if entry_id in rows:
                 if agreed.get(entry_id) != keep.id:
                     self._record(agent, entry_id, keep.id)  # adopted
@@ -193,6 +196,8 @@ class Mem0Mirror:
 
         for entry_id in set(agreed) - set(rows) - set(ours):  # gone on both sides
             self._forget(agent, entry_id)
+        if not (report.changed or report.doubles):
+            report.memories = memories
         return report
 
     def _delete_row(self, agent: str, entry_id: str) -> None:

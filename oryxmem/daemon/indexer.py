@@ -16,9 +16,8 @@ import logging
 import os
 import threading
 
-from oryxmem.errors import log_failure
+from oryxmem.daemon.background import Background
 from oryxmem.service import MemoryService
-from oryxmem.store.db import is_locked
 
 log = logging.getLogger("oryxmem.daemon")
 RESCAN_SECONDS = 5.0
@@ -26,52 +25,26 @@ NICENESS = 10
 RETRY_SECONDS = 2.0  # after a failed step (the database busy, the disk full)
 
 
-class Indexer:
+class Indexer(Background):
+    what = "indexing"
+
     def __init__(self, service: MemoryService) -> None:
-        self.service = service
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="oryxmem-indexer", daemon=True)
+        super().__init__(
+            service,
+            name="oryxmem-indexer",
+            idle_seconds=RESCAN_SECONDS,
+            retry_seconds=RETRY_SECONDS,
+        )
         self.taken = 0
-        self.last_error: str | None = None
 
-    def start(self) -> None:
-        self._thread.start()
-
-    def wake(self) -> None:
-        self._wake.set()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._wake.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=30)
-        self.service.close()
-
-    @property
-    def alive(self) -> bool:
-        return self._thread.is_alive()
-
-    def _run(self) -> None:
+    def on_start(self) -> None:
         try:
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), NICENESS)
         except OSError as error:  # not allowed here: it runs at the usual priority
             log.info("the indexer keeps its priority: %s", error)
-        while not self._stop.is_set():
-            try:
-                taken = self.service.embed_step() if self.service.vector_index() else 0
-                taken += self.service.episodes_step()
-                self.last_error = None
-            except Exception as error:  # derived: retried, never in the way of a save
-                self.last_error = f"{type(error).__name__}: {error}"
-                if is_locked(error):  # another program holds the database: later
-                    log.info("indexing waits: %s", error)
-                else:
-                    log_failure(log, "indexing failed; will retry", error)
-                self._stop.wait(RETRY_SECONDS)
-                continue
-            self.taken += taken
-            if taken:
-                continue
-            self._wake.wait(RESCAN_SECONDS)
-            self._wake.clear()
+
+    def step(self) -> bool:
+        taken = self.service.embed_step() if self.service.vector_index() else 0
+        taken += self.service.episodes_step()
+        self.taken += taken
+        return taken > 0

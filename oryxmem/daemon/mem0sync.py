@@ -11,46 +11,28 @@ mem0 server down) is logged and tried again at the next; it never holds up a sav
 from __future__ import annotations
 
 import logging
-import threading
 
 from oryxmem.backends.mem0_link import link_for
 from oryxmem.backends.mem0_mirror import Mem0Mirror, MirrorReport
+from oryxmem.daemon.background import Background
 from oryxmem.daemon.worker import MemoryWorker
-from oryxmem.errors import log_failure
 from oryxmem.service import MemoryService, SaveRequest
-from oryxmem.store.db import is_locked
 from oryxmem.store.format import Entry
 
 log = logging.getLogger("oryxmem.daemon")
 
 
-class Mem0Sync:
+class Mem0Sync(Background):
+    what = "the mem0 pass"
+
     def __init__(self, service: MemoryService, worker: MemoryWorker) -> None:
-        self.service = service  # this thread's own (its own connection)
+        poll = float(service.config.get("mem0.poll_seconds"))
+        super().__init__(service, name="oryxmem-mem0", idle_seconds=poll, retry_seconds=poll)
         self.worker = worker
-        self.poll_seconds = float(service.config.get("mem0.poll_seconds"))
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="oryxmem-mem0", daemon=True)
-        self.passes = 0
-        self.last_error: str | None = None
 
-    def start(self) -> None:
-        self._thread.start()
-
-    def wake(self) -> None:
-        self._wake.set()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._wake.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=30)
-        self.service.close()
-
-    @property
-    def alive(self) -> bool:
-        return self._thread.is_alive()
+    def step(self) -> bool:
+        self.run_pass()
+        return False  # the next pass when woken (saves reached the rows) or after the poll
 
     def _save(self, agent: str, content: str, scope: str) -> Entry:
         """A memory another mem0 client added: MEMORY.md first, then the rows."""
@@ -76,18 +58,3 @@ class Mem0Sync:
                     report.removed,
                 )
         return reports
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.run_pass()
-                self.passes += 1
-                self.last_error = None
-            except Exception as error:  # mem0 down, the database busy: the next pass
-                self.last_error = f"{type(error).__name__}: {error}"
-                if is_locked(error):
-                    log.info("the mem0 pass waits: %s", error)
-                else:
-                    log_failure(log, "the mem0 pass failed; will retry", error)
-            self._wake.wait(self.poll_seconds)
-            self._wake.clear()

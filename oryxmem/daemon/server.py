@@ -129,7 +129,7 @@ class Daemon:
         return {
             "mem0": {
                 "alive": self.mem0.alive,
-                "passes": self.mem0.passes,
+                "passes": self.mem0.steps,
                 "last_error": self.mem0.last_error,
             }
         }

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from oryxmem.index.terms import index_text, match_any, query_terms
+from oryxmem.index.vectors import normalised_top
 from oryxmem.store.db import Executes, database_file, insert_values, write_transaction
 
 if TYPE_CHECKING:
@@ -358,13 +359,7 @@ class EpisodeIndex:
         if other:
             keep = sessions != other
             ids, similarity = ids[keep], similarity[keep]
-        if not len(ids):
-            return {}
-        low, high = float(similarity.min()), float(similarity.max())
-        span = high - low if high > low else 1.0
-        count = min(POOL, len(ids))
-        top = np.argpartition(-similarity, count - 1)[:count]
-        return {int(ids[i]): (float(similarity[i]) - low) / span for i in top}
+        return {row: scaled for row, (scaled, _) in normalised_top(ids, similarity, POOL).items()}
 
     def _vectors(self, db: Executes, agent: str, size: int) -> _Vectors | None:
         """The agent's rounds' ids, sessions, where each one's vectors start, and the

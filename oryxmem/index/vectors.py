@@ -366,3 +366,19 @@ class VectorIndex(DerivedIndex):
         top = np.argpartition(-similarity, count - 1)[:count]
         top = top[np.argsort(-similarity[top], kind="stable")]
         return [Hit(int(row_ids[i]), float(similarity[i])) for i in top]
+
+
+def normalised_top(
+    row_ids: npt.NDArray[np.int64], similarity: npt.NDArray[np.float32], pool: int
+) -> dict[int, tuple[float, float]]:
+    """The pool best rows by similarity: (min-max scaled over all of the agent's rows,
+    the cosine itself)."""
+    if not len(row_ids):
+        return {}
+    low, high = float(similarity.min()), float(similarity.max())
+    span = high - low if high > low else 1.0
+    count = min(pool, len(row_ids))
+    top = np.argpartition(-similarity, count - 1)[:count]
+    return {
+        int(row_ids[i]): ((float(similarity[i]) - low) / span, float(similarity[i])) for i in top
+    }

@@ -230,15 +230,18 @@ class MarkdownMemoryStore(LongTermMemoryStore):
 
     # --- for callers that hold the lock across a longer operation (sync) ------
 
-    def being_written_by_others(self) -> bool:
-        """Is someone else (an editor, git) at work on the file: it wrote it less than
-        QUIET_SECONDS ago, or holds it open to write in place? A write now would wait."""
+    def written_by_others(self) -> bool:
+        """Is the file as someone else (an editor, git) left it, not as oryxmem did?"""
         stat = file_stat(self.path)
         if stat is None or stat == self.written_key:
             return False
         with self.lock.hold():
-            others = self._written_by_others(stat)
-        return others and is_being_written(self.path, QUIET_SECONDS)
+            return self._written_by_others(stat)
+
+    def being_written_by_others(self) -> bool:
+        """Is someone else at work on the file: it wrote it less than QUIET_SECONDS ago,
+        or holds it open to write in place? A write now would wait."""
+        return self.written_by_others() and is_being_written(self.path, QUIET_SECONDS)
 
     def _written_by_others(self, key: FileStat | None) -> bool:
         """Is this file as someone else left it (an editor, git)? Not as this process's
