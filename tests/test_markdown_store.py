@@ -325,3 +325,34 @@ def test_the_answered_log_keeps_other_processes_records_and_leaves_no_temp_file(
     log.forget()
     assert log.entries() == [] and log.path.read_bytes() == b""
     assert sorted(p.name for p in locks.iterdir()) == ["agent-a.lock.answered"]
+
+
+def test_a_line_appended_without_the_lock_during_a_save_is_never_dropped_later(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The mem0 soak found it: `echo ... >> MEMORY.md` landed between a save's look at the
+    file and its append; both were in the file, but the store took the file for its copy
+    plus its own line, and the next rewrite (a removal) wrote the human's line away."""
+    store = open_store(tmp_path)
+    store.append("first")
+    opened = store._appender.open_for
+
+    def then_a_human_appends(inode: int):  # type: ignore[no-untyped-def]
+        got = opened(inode)
+        with open(store.path, "a", encoding="utf-8") as human:
+            human.write(f"- [{TS}] typed without the lock\n")
+        return got
+
+    monkeypatch.setattr(store._appender, "open_for", then_a_human_appends)
+    store.append("saved meanwhile")
+    monkeypatch.undo()
+    assert [e.content for e in store.document().archival] == [
+        "first",
+        "typed without the lock",
+        "saved meanwhile",
+    ]
+    with store.lock.hold():
+        doc, key = store.current_locked()
+        first = doc.archival[0].entry_id
+        store.edit_locked([], [first], based_on=key)  # a removal: a rewrite
+    assert "] typed without the lock\n" in store.path.read_text()

@@ -284,7 +284,13 @@ def test_a_soak_of_saves_edits_mem0_adds_and_deletes_and_sigkill_loses_nothing(
                 in_file = sorted(e.content for e in doc.all_entries())
                 return in_file == sorted(expected) == texts(server, AGENT)
 
-            until(settled, 30)
+            try:
+                until(settled, 30)
+            except AssertionError:
+                in_file = sorted(e.content for e in parse(path.read_text()).all_entries())
+                raise AssertionError(
+                    f"file {in_file}\nexpected {sorted(expected)}\nmem0 {texts(server, AGENT)}"
+                ) from None
         finally:
             running.stop()
         assert "Traceback" not in running.text()

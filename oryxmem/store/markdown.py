@@ -65,11 +65,12 @@ READ_ATTEMPTS = 20
 
 
 class Append(NamedTuple):
-    """Entries one write appended to a file, with the file's stat before and after."""
+    """Entries one write appended to a file, with the file's stat before and after (None
+    after: someone else wrote it too, unseen)."""
 
     before: FileStat | None
     entries: list[Entry]
-    after: FileStat
+    after: FileStat | None
 
 
 @dataclass
@@ -225,8 +226,7 @@ class MarkdownMemoryStore(LongTermMemoryStore):
                 SAVE_ATTEMPTS, lambda: self.append_locked(additions), self.forget
             )
             self.answered.add(entries)  # until the rows have them (a crash, a stale buffer)
-        assert self.written_key is not None  # set by the write just made
-        return Append(before, entries, self.written_key)
+        return Append(before, entries, self.written_key)  # as the write just made left it
 
     # --- for callers that hold the lock across a longer operation (sync) ------
 
@@ -320,11 +320,19 @@ class MarkdownMemoryStore(LongTermMemoryStore):
         if key is None or tail is None:
             self._rewrite_locked(cached, additions, removals)
             return added
-        info = append_durably(self._appender, key.inode, tail.encode(), self.lock, key.size)
+        data = tail.encode()
+        info = append_durably(self._appender, key.inode, data, self.lock, key.size)
+        self._waiting_since = None
+        if info.st_size != key.size + len(data):
+            # Someone appended without the lock (`>>`) between our look and our write: both
+            # are in the file, which is no longer our copy plus our lines. Read it again,
+            # and let its change be news (reconcile takes their line in).
+            self._cached = None
+            self.written_key = None
+            return added
         record_appended_many(cached.doc, tail, added)
         cached.key = self.written_key = FileStat.of(info)
         self.lock.note_written(self.written_key)
-        self._waiting_since = None
         return added
 
     def _rewrite_locked(

@@ -500,7 +500,7 @@ def mirror_appends(
         all_taken = start is None and appends[-1].after == state.file_stat
     missing = entries_not_in_rows(db, agent, entries)
     insert_rows(db, agent, missing, source)
-    if start is None:
+    if start is None or appends[-1].after is None:  # (None: someone else wrote it too)
         return all_taken and not missing
     agreed = [e.entry_id for append in appends[start:] for e in append.entries]
     notes = state.notes if state is not None else []
