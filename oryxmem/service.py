@@ -68,7 +68,14 @@ from oryxmem.schemas import tool_schemas
 from oryxmem.search import MODES, POOL, rank
 from oryxmem.store import rows
 from oryxmem.store.base import LongTermMemoryStore, StoreLimits, StoreResources, fold_keyword
-from oryxmem.store.db import BUSY_TIMEOUT_MS, Executes, connect, is_locked, write_transaction
+from oryxmem.store.db import (
+    BUSY_TIMEOUT_MS,
+    Executes,
+    brief_wait,
+    connect,
+    is_locked,
+    write_transaction,
+)
 from oryxmem.store.format import (
     ARCHIVAL,
     Entry,
@@ -106,6 +113,7 @@ SEARCH_EMBED_STEPS = 16
 RECALL_MIN_SIMILARITY = 0.25  # MiniLM: unrelated sentences score about 0.1
 # How many ranked entries a prompt's relevant part is filled from (each taken if it fits).
 RELEVANT_POOL = 60
+FLUSH_WAIT_MS = 100  # what mirroring the saves before a new one waits for another's lock
 EPISODES_SHOWN = 5  # rounds of other sessions a block with a query may show
 
 
@@ -364,8 +372,8 @@ class MemoryService:
         except OryxError as error:
             batch.outcomes = [error] * len(requests)
             return batch
-        if batch.store.written_by_others():  # an editor or git wrote it last (it may be
-            self.mirror_saves()  # an old copy): what was saved before is in the rows first
+        if batch.store.being_written_by_others():  # this write will wait for quiet:
+            self.mirror_saves()  # what was saved before is in the rows first, whatever comes
         for index, request in enumerate(requests):
             try:
                 batch.prepared.append((index, batch.store.prepare(request.content, request.scope)))
@@ -430,8 +438,12 @@ class MemoryService:
         if pending is not None and (
             pending.appends[-1].after != append.before or pending.source != source
         ):
-            self.mirror_saves()  # not a continuation of what is pending: mirror that first
-            pending = None
+            # Not a continuation of what is pending: mirror that first, waiting no longer
+            # than the memory thread's own mirror would for another program's lock (a save
+            # is answered already; the rows may wait, never the next answer).
+            with brief_wait(self.db, FLUSH_WAIT_MS):
+                self.mirror_saves()
+            pending = self._unmirrored.get(agent)  # still there: the database was locked
         if pending is None:
             self._unmirrored[agent] = _Unmirrored([append], source, time.monotonic())
         else:
