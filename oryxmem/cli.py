@@ -508,13 +508,7 @@ def status(ctx: Context, socket_only: bool, as_json: bool) -> None:
     if socket_only:
         click.echo(str(path))
         return
-    client = ctx.client()
-    health = None
-    if client is not None:
-        try:
-            health = client.health()
-        except DaemonUnavailableError:
-            health = None
+    health = ctx.daemon_health()
     data = health or {
         "status": "stopped",
         "workspace": str(workspace.root),
@@ -546,6 +540,15 @@ def status(ctx: Context, socket_only: bool, as_json: bool) -> None:
         click.echo(f"repaired   {repair['at']}  {terminal_safe(repair['detail'])}")
     if health and health.get("last_sync_error"):
         click.echo(f"last error {health['last_sync_error']}")
+    followed = (health or {}).get("config", {})
+    if followed.get("problem"):
+        click.echo(f"config     not taken: {followed['problem']}; the daemon runs as before")
+    for waiting in followed.get("restart_needed", []):
+        in_file, running = (json.dumps(waiting[k], ensure_ascii=False) for k in ("file", "running"))
+        click.echo(
+            f"config     {waiting['key']} = {in_file} in config.toml; the daemon runs with"
+            f" {running} until it is restarted"
+        )
 
 
 @cli.command()
@@ -705,6 +708,13 @@ def config_set(ctx: Context, key: str, value: str) -> None:
     workspace = open_workspace(ctx.root)
     stored = config_module.set_value(workspace.config_path, key, value)
     click.echo(f"{key} = {json.dumps(stored, ensure_ascii=False)}")
+    health = ctx.daemon_health()
+    if health is not None and config_module.setting(key).restart:
+        running = health["config"]["fixed_at_start"].get(key)
+        click.echo(
+            f"note: the running daemon (pid {health['pid']}) keeps {key} ="
+            f" {json.dumps(running, ensure_ascii=False)} until it is restarted"
+        )
 
 
 # --- agent hosts: MCP and hooks ------------------------------------------------------

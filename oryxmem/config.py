@@ -24,6 +24,9 @@ class Setting:
     kind: type
     help: str
     check: Callable[[Any], str | None] = lambda value: None
+    # A running daemon takes this setting only when it starts again (it chose its
+    # socket, backend or embedder then); every other setting it takes within a second.
+    restart: bool = False
 
 
 def _positive(value: Any) -> str | None:
@@ -49,6 +52,7 @@ SETTINGS: tuple[Setting, ...] = (
         "what answers reads of long-term memory (saves always land in MEMORY.md first):"
         f" {', '.join(BACKENDS.names())}",
         _one_of(*BACKENDS.names()),
+        restart=True,
     ),
     Setting(
         "memory.archival_limit_chars",
@@ -107,6 +111,7 @@ SETTINGS: tuple[Setting, ...] = (
         "what embeds memories for search by meaning: minilm (offline, built in),"
         " openai-compatible (the /v1/embeddings of recall.embedder_url) or none",
         _one_of(*EMBEDDERS.names(), "none"),
+        restart=True,
     ),
     Setting(
         "recall.embedder_threads",
@@ -114,19 +119,28 @@ SETTINGS: tuple[Setting, ...] = (
         int,
         "processor threads the built-in embedder may use",
         _positive,
+        restart=True,
     ),
     Setting(
         "recall.embedder_url",
         "",
         str,
         "for openai-compatible: the server, e.g. http://127.0.0.1:11434 (ollama)",
+        restart=True,
     ),
-    Setting("recall.embedder_model", "", str, "for openai-compatible: the model name to ask for"),
+    Setting(
+        "recall.embedder_model",
+        "",
+        str,
+        "for openai-compatible: the model name to ask for",
+        restart=True,
+    ),
     Setting(
         "recall.embedder_key_env",
         "",
         str,
         "for openai-compatible: the environment variable that holds its API key, if any",
+        restart=True,
     ),
     Setting(
         "episodic.max_chars",
@@ -178,15 +192,21 @@ SETTINGS: tuple[Setting, ...] = (
         "with memory.backend = mem0: embedded (a mem0.Memory in the daemon, its store under"
         " .oryxos/mem0/) or http (a self-hosted mem0 server at mem0.url)",
         _one_of("embedded", "http"),
+        restart=True,
     ),
     Setting(
-        "mem0.url", "", str, "for mem0.transport = http: the server, e.g. http://127.0.0.1:8888"
+        "mem0.url",
+        "",
+        str,
+        "for mem0.transport = http: the server, e.g. http://127.0.0.1:8888",
+        restart=True,
     ),
     Setting(
         "mem0.api_key_env",
         "",
         str,
         "for mem0.transport = http: the environment variable that holds its API key, if any",
+        restart=True,
     ),
     Setting(
         "mem0.poll_seconds",
@@ -194,14 +214,22 @@ SETTINGS: tuple[Setting, ...] = (
         int,
         "how often the daemon looks for what other mem0 clients added or deleted",
         _positive,
+        restart=True,
     ),
-    Setting("daemon.socket", "", str, "socket path; empty = $XDG_RUNTIME_DIR/oryxmem/<id>.sock"),
+    Setting(
+        "daemon.socket",
+        "",
+        str,
+        "socket path; empty = $XDG_RUNTIME_DIR/oryxmem/<id>.sock",
+        restart=True,
+    ),
     Setting(
         "daemon.client_timeout_seconds",
         10,
         int,
         "a connection that sends no complete request for this long is closed",
         _positive,
+        restart=True,
     ),
     Setting(
         "sync.stale_buffer_seconds",
@@ -299,6 +327,22 @@ class Config:
 
     def get(self, key: str) -> Any:
         return self._values.get(key, setting(key).default)
+
+    def differing(self, other: Config) -> list[Setting]:
+        """The settings whose values differ between this configuration and another."""
+        return [item for item in SETTINGS if self.get(item.key) != other.get(item.key)]
+
+    def take_live(self, fresh: Config) -> tuple[list[Setting], list[Setting]]:
+        """Take the settings of ``fresh`` (config.toml read again) that can change while
+        running; keep the others. Returns (taken, kept until a restart). Every reader of
+        this object sees the new values at its next ``get``."""
+        changed = self.differing(fresh)
+        taken = [item for item in changed if not item.restart]
+        values = dict(self._values)
+        for item in taken:
+            values[item.key] = fresh.get(item.key)
+        self._values = values  # one assignment: a reader sees the old dict or the new
+        return taken, [item for item in changed if item.restart]
 
     def as_dict(self) -> dict[str, Any]:
         return {item.key: self.get(item.key) for item in SETTINGS}

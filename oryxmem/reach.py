@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from oryxmem.config import Config
 from oryxmem.errors import DaemonUnavailableError
@@ -55,6 +55,16 @@ class Reach:
 
                 self._client = Client(path, self.timeout, workspace.root)
         return self._client
+
+    def daemon_health(self) -> dict[str, Any] | None:
+        """The running daemon's health, or None when none answers."""
+        client = self.client()
+        if client is None:
+            return None
+        try:
+            return client.health()
+        except DaemonUnavailableError:
+            return None
 
     def call(self, remote: Callable[[Client], T], local: Callable[[MemoryService], T]) -> T:
         """Ask the daemon when it runs; use the stores directly (same locks) when not."""

@@ -66,6 +66,14 @@ BACKENDS = Registry(
     extras={"mem0": "mem0"},
 )
 
+# What the daemon runs beside a backend that needs it, by backend name: a daemon.background
+# thread made from (its own MemoryService, the memory thread).
+BACKEND_WORK = Registry(
+    "backend's background work",
+    {"mem0": "oryxmem.daemon.mem0sync:Mem0Sync"},
+    extras={"mem0": "mem0"},
+)
+
 # Derived indexes over the rows of memory_entries (DESIGN section 11), each fed from
 # memory_changes through its own cursor; see oryxmem/index/__init__.py.
 INDEXES = Registry(

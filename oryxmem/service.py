@@ -245,8 +245,8 @@ class MemoryService:
         store, so a write by one leaves the others' parsed copy current."""
         self.workspace = workspace
         self.config = config
-        self.clock = clock_for(config.timezone)
-        self.limits = StoreLimits(config.archival_limit_chars, config.max_content_chars)
+        self.clock = clock_for(lambda: config.timezone)
+        self.limits = StoreLimits.of(config)
         self._db = db
         self._owns_files = files is None  # shared stores are closed by their owner
         self.files = files or MarkdownFiles(workspace, clock=self.clock, limits=self.limits)
@@ -287,6 +287,9 @@ class MemoryService:
     # --- agents ---------------------------------------------------------------
 
     def resolve(self, agent: str | None) -> AgentRef:
+        """The agent a call is for. Every call that reaches an agent's memory comes here
+        first, so a backend that cannot be loaded refuses them all alike."""
+        _ = self.backend
         ref = resolve_agent(self.workspace, agent)
         if ref.fell_back:  # the caller is told in its reply; this is the log line
             log.info("%s; using the global memory file", ref.fallback_reason)
@@ -366,7 +369,6 @@ class MemoryService:
         """Check and stamp each save; those refused get their error as their outcome."""
         batch = SaveBatch(ref, requests, [None] * len(requests))
         try:
-            assert self.backend is not None  # one that cannot load refuses the save
             self.check_folder(ref)
             batch.store = self.files.get(ref.agent)
         except OryxError as error:
@@ -938,6 +940,7 @@ class MemoryService:
 
     def agents(self) -> list[AgentSummary]:
         """The global file and every agent directory, with entry counts."""
+        _ = self.backend  # one that cannot be loaded is the answer, not a problem per agent
         summaries = []
         for name in ["", *self.workspace.agent_names()]:
             try:

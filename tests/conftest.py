@@ -72,6 +72,23 @@ def run_cli(
     )
 
 
+def without_modules(folder: Path, *names: str) -> dict[str, str]:
+    """The environment of a Python on which these top-level modules are not installed
+    (a sitecustomize in ``folder`` refuses to find them), as after a plain ``pip install``
+    of oryxmem with no extras."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "sitecustomize.py").write_text(
+        "import sys\n"
+        f"HIDDEN = {set(names)!r}\n"
+        "class Hide:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] in HIDDEN:\n"
+        "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
+        "sys.meta_path.insert(0, Hide())\n"
+    )
+    return {"PYTHONPATH": f"{folder}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+
+
 # Every socket connection the script's Python side attempts is recorded; none may be.
 OFFLINE_PRELUDE = (
     "import sys\n"

@@ -191,27 +191,6 @@ def test_the_daemon_mirrors_both_ways_through_a_mem0_server(
         assert "add socket" in history or "add mem0" in history
 
 
-def test_without_the_extra_the_mem0_backend_is_one_clear_line(
-    workspace: Workspace, tmp_path: Path
-) -> None:
-    mem0_workspace(workspace)
-    blocker = tmp_path / "blocked"  # a Python on which mem0 is not installed
-    blocker.mkdir()
-    (blocker / "sitecustomize.py").write_text(
-        "import sys\n"
-        "class NoMem0:\n"
-        "    def find_spec(self, name, path=None, target=None):\n"
-        "        if name.split('.')[0] == 'mem0':\n"
-        "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
-        "sys.meta_path.insert(0, NoMem0())\n"
-    )
-    env = {"PYTHONPATH": f"{blocker}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    done = run_cli("save", "--agent", "coder", "tea", env=env)
-    assert done.returncode != 0 and "Traceback" not in done.stderr
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and "pip install 'oryxmem[mem0]'" in lines[0], done.stderr
-
-
 def test_the_embedded_mem0_backend_runs_with_no_network_at_all(workspace: Workspace) -> None:
     mem0_workspace(workspace)
     script = (

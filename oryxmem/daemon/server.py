@@ -24,13 +24,15 @@ from aiohttp import web
 from oryxmem import __version__
 from oryxmem.config import Config
 from oryxmem.daemon import api, sockets
+from oryxmem.daemon.background import Background
 from oryxmem.daemon.indexer import Indexer
-from oryxmem.daemon.mem0sync import Mem0Sync
 from oryxmem.daemon.notify import notify, watchdog_interval
 from oryxmem.daemon.readers import Readers
+from oryxmem.daemon.reload import CHECK_SECONDS, ConfigFollower
 from oryxmem.daemon.worker import MemoryWorker
 from oryxmem.errors import DaemonAlreadyRunningError
 from oryxmem.fileio import open_regular, raise_open_file_limit
+from oryxmem.registry import BACKEND_WORK, BACKENDS
 from oryxmem.service import MemoryService
 from oryxmem.store.db import connect
 from oryxmem.sync.engine import AgentReport
@@ -51,8 +53,9 @@ class Daemon:
         self.watcher: SyncWatcher | None = None
         self.worker: MemoryWorker | None = None
         self.indexer: Indexer | None = None
-        self.mem0: Mem0Sync | None = None
+        self.backend_work: Background | None = None  # what the backend runs beside (mem0)
         self.readers: Readers | None = None
+        self.follower = ConfigFollower(workspace.config_path, config)
 
     # --- one daemon per workspace ---------------------------------------------------
 
@@ -76,6 +79,7 @@ class Daemon:
 
     def run(self) -> int:
         self._take_workspace_lock()
+        BACKENDS.load(self.config.backend)  # one that cannot be loaded stops us here, in one line
         raise_open_file_limit()  # a lock file (and a MEMORY.md) stays open per agent
         activated = sockets.from_systemd()
         if activated is not None:
@@ -92,9 +96,10 @@ class Daemon:
         )
         self.indexer = Indexer(MemoryService(self.workspace, self.config, files=service.files))
         self.worker = MemoryWorker(service, self.watcher.schedule, self._mirrored)
-        if self.config.backend == "mem0":
+        if self.config.backend in BACKEND_WORK.names():
+            work = BACKEND_WORK.load(self.config.backend)
             own = MemoryService(self.workspace, self.config, files=service.files)
-            self.mem0 = Mem0Sync(own, self.worker)
+            self.backend_work = work(own, self.worker)
         self.readers = Readers(self.workspace, self.config, service.files)
         self.watcher.before_reconcile = self.worker.flush
         self.watcher.after_reconcile = self.worker.indexes_changed
@@ -106,14 +111,14 @@ class Daemon:
         self.worker.start()
         self.indexer.start()
         self.watcher.ready.wait()
-        if self.mem0 is not None:
-            self.mem0.start()
+        if self.backend_work is not None:
+            self.backend_work.start()
         try:
             uvloop.run(self._serve(sock))
         finally:
             self.readers.stop()
-            if self.mem0 is not None:
-                self.mem0.stop()
+            if self.backend_work is not None:
+                self.backend_work.stop()
             self.indexer.stop()
             self.watcher.stop()  # before the worker: it closes the stores the threads use
             self.worker.stop()  # requests have drained; finishes queued saves first
@@ -123,14 +128,15 @@ class Daemon:
         log.info("stopped")
         return 0
 
-    def _mem0_health(self) -> dict[str, Any]:
-        if self.mem0 is None:
+    def _backend_health(self) -> dict[str, Any]:
+        work = self.backend_work
+        if work is None:
             return {}
         return {
-            "mem0": {
-                "alive": self.mem0.alive,
-                "passes": self.mem0.steps,
-                "last_error": self.mem0.last_error,
+            self.config.backend: {
+                "alive": work.alive,
+                "passes": work.steps,
+                "last_error": work.last_error,
             }
         }
 
@@ -138,8 +144,8 @@ class Daemon:
         """Saves reached the rows: the derived sides follow."""
         if self.indexer is not None:
             self.indexer.wake()
-        if self.mem0 is not None:
-            self.mem0.wake()
+        if self.backend_work is not None:
+            self.backend_work.wake()
 
     async def _serve(self, sock: socket.socket) -> None:
         assert self.worker is not None and self.watcher is not None and self.readers is not None
@@ -171,11 +177,23 @@ class Daemon:
         log.info("serving %s on %s (watching by %s)", self.workspace.root, self.socket_path, mode)
         notify(f"READY=1\nSTATUS=serving on {self.socket_path}\nMAINPID={os.getpid()}")
         pinger = asyncio.create_task(self._watchdog(stop))
+        follower = asyncio.create_task(self._follow_config(stop))
         await stop.wait()
         log.info("stopping: finishing requests in flight")
         notify("STOPPING=1")
         pinger.cancel()
+        follower.cancel()
         await runner.cleanup()
+
+    async def _follow_config(self, stop: asyncio.Event) -> None:
+        """config.toml read again within a second of a change (reload.py)."""
+        loop = asyncio.get_running_loop()
+        while not stop.is_set():
+            await asyncio.sleep(CHECK_SECONDS)
+            try:
+                await loop.run_in_executor(None, self.follower.check)
+            except OSError as error:  # the file unreadable for a moment: the next look
+                log.warning("config.toml could not be read: %s", error)
 
     async def _watchdog(self, stop: asyncio.Event) -> None:
         """WATCHDOG=1 only while the watcher and the memory thread are alive."""
@@ -218,7 +236,8 @@ class Daemon:
             "memory_busy_seconds": round(worker.busy_seconds, 1) if worker else 0.0,
             "indexer_alive": bool(self.indexer and self.indexer.alive),
             "last_index_error": self.indexer.last_error if self.indexer else None,
-            **self._mem0_health(),
+            "config": self.follower.health(),
+            **self._backend_health(),
         }
 
 

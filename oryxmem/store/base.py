@@ -36,10 +36,27 @@ class MemorySnapshot:
     archival_total: int
 
 
-@dataclass(frozen=True)
 class StoreLimits:
-    archival_limit_chars: int = 4000
-    max_content_chars: int = 32768
+    """What a store allows: these numbers, or (``of``) a configuration's as it is at each
+    use, so a daemon that reads config.toml again applies new limits to every store."""
+
+    def __init__(self, archival_limit_chars: int = 4000, max_content_chars: int = 32768) -> None:
+        self._fixed = (archival_limit_chars, max_content_chars)
+        self._config: Config | None = None
+
+    @classmethod
+    def of(cls, config: Config) -> StoreLimits:
+        limits = cls()
+        limits._config = config
+        return limits
+
+    @property
+    def archival_limit_chars(self) -> int:
+        return self._fixed[0] if self._config is None else self._config.archival_limit_chars
+
+    @property
+    def max_content_chars(self) -> int:
+        return self._fixed[1] if self._config is None else self._config.max_content_chars
 
 
 @dataclass(frozen=True)

@@ -115,8 +115,7 @@ class SyncEngine:
         self.workspace = workspace
         self.db = db
         self.files = files
-        self.max_content_chars = config.max_content_chars
-        self.stale_buffer_seconds = config.stale_buffer_seconds
+        self.config = config  # read at each use: a daemon may take a new one while running
 
     # --- which agents -----------------------------------------------------------
 
@@ -256,7 +255,7 @@ class SyncEngine:
         state = rows.read_state(self.db, agent, with_agreed=False)
         since = state.change_seq if state is not None else 0
         report.quarantined = rows.quarantine_invalid_rows(
-            self.db, agent, self.max_content_chars, since
+            self.db, agent, self.config.max_content_chars, since
         )
         notes = kept_lines(doc)
         told = set(state.notes) if state is not None else set()
@@ -285,8 +284,8 @@ class SyncEngine:
         if state is not None:
             state = rows.read_state(self.db, agent)  # now the agreed ids too
         protected = (  # a stale buffer drops lines; a file that is gone was removed
-            rows.protected_entries(self.db, agent, self.stale_buffer_seconds)
-            if state and self.stale_buffer_seconds and key is not None
+            rows.protected_entries(self.db, agent, self.config.stale_buffer_seconds)
+            if state and self.config.stale_buffer_seconds and key is not None
             else set()
         )
         file_entries = doc.all_entries()

@@ -142,8 +142,8 @@ class SyncWatcher:
         self._owns_files = files is None
         self.files = files or MarkdownFiles(
             workspace,
-            clock=clock_for(config.timezone),
-            limits=StoreLimits(config.archival_limit_chars, config.max_content_chars),
+            clock=clock_for(lambda: config.timezone),
+            limits=StoreLimits.of(config),
         )
         self.db = connect(workspace.db_path)  # this thread's own connection
         self.engine = SyncEngine(workspace, self.db, self.files, config)
