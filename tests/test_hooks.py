@@ -303,7 +303,17 @@ def test_mcp_install_for_every_host_keeps_other_servers_and_is_idempotent(
         )
         assert done.returncode == 0 and f"wrote {path}" in done.stdout, done.stderr
         entry = json.loads(path.read_text())[key]["oryxmem"]
-        assert entry["args"] == ["-m", "oryxmem", "--root", str(root), "mcp", "--agent", "coder"]
+        assert entry["command"] == sys.executable
+        assert entry["args"] == [
+            "-P",
+            "-m",
+            "oryxmem",
+            "--root",
+            str(root),
+            "mcp",
+            "--agent",
+            "coder",
+        ]
         again = install(
             "mcp", "install", "--client", client, "--scope", scope, "--agent", "coder", home=home
         )
@@ -403,3 +413,94 @@ def test_hook_install_keeps_other_hooks_and_the_installed_commands_run(
     assert install("hook", "install", "codex", home=tmp_path).returncode == 0
     codex = json.loads((workspace.root / ".codex" / "hooks.json").read_text())["hooks"]
     assert sorted(codex) == ["SessionStart", "Stop", "UserPromptSubmit"]
+
+
+def hostile_folder(folder: Path, marker: Path, *, package: bool) -> Path:
+    """A project that plants its own ``oryxmem`` (a module, or a package folder) which,
+    if ever imported, leaves ``marker`` behind and fails."""
+    folder.mkdir(parents=True)
+    code = f"open({str(marker)!r}, 'w').write('ran')\nraise SystemExit('planted code ran')\n"
+    if package:
+        (folder / "oryxmem").mkdir()
+        (folder / "oryxmem" / "__init__.py").write_text(code)
+        (folder / "oryxmem" / "__main__.py").write_text(code)
+    else:
+        (folder / "oryxmem.py").write_text(code)
+    return folder
+
+
+@pytest.mark.parametrize("package", [False, True], ids=["oryxmem.py", "oryxmem/"])
+def test_registered_commands_started_in_a_hostile_folder_run_oryxmem_not_the_folder(
+    workspace: Workspace, tmp_path: Path, package: bool
+) -> None:
+    """A host starts the MCP server and the hooks in the project it opened; a project
+    holding its own oryxmem.py (or oryxmem/) must not run through our registration."""
+    import anyio
+    from mcp import Client, StdioServerParameters
+
+    marker = tmp_path / "planted-code-ran"
+    project = hostile_folder(tmp_path / "project", marker, package=package)
+    home = tmp_path / "home"
+    assert (
+        install(
+            "mcp", "install", "--client", "claude-code", "--scope", "user", home=home
+        ).returncode
+        == 0
+    )
+    assert install("hook", "install", "claude-code", "--scope", "user", home=home).returncode == 0
+    server = json.loads((home / ".claude.json").read_text())["mcpServers"]["oryxmem"]
+
+    async def save_and_recall() -> str:
+        params = StdioServerParameters(
+            command=server["command"], args=server["args"], env=dict(os.environ), cwd=project
+        )
+        async with Client(params) as client:
+            await client.call_tool("save_memory", {"content": "likes green tea"})
+            result = await client.call_tool("recall_memory", {"keyword": "tea"})
+            return "".join(block.text for block in result.content)
+
+    assert "likes green tea" in anyio.run(save_and_recall)  # no daemon: the files directly
+    hooks = json.loads((home / ".claude" / "settings.json").read_text())["hooks"]
+
+    def run_hook(event: str, payload: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            hooks[event][0]["hooks"][0]["command"],
+            shell=True,  # as the hosts run a hook's command line
+            input=json.dumps(payload),
+            capture_output=True,
+            text=True,
+            cwd=project,
+            timeout=60,
+        )
+
+    with daemon(workspace, tmp_path / "daemon.log"):
+        assert "likes green tea" in anyio.run(save_and_recall)  # through the daemon
+        ran = run_hook("SessionStart", base("SessionStart", source="startup", cwd=str(project)))
+        assert ran.returncode == 0 and "likes green tea" in ran.stdout, ran.stderr
+    assert not marker.exists(), "the project's own oryxmem ran"
+
+
+def test_installing_again_replaces_an_older_shadowable_registration(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    settings = workspace.root / ".claude" / "settings.json"
+    settings.parent.mkdir()
+    old = f"{sys.executable} -m oryxmem --root {workspace.root} hook stop --client claude-code"
+    settings.write_text(
+        json.dumps({"hooks": {"Stop": [{"hooks": [{"type": "command", "command": old}]}]}})
+    )
+    (workspace.root / ".mcp.json").write_text(
+        json.dumps(
+            {
+                "mcpServers": {
+                    "oryxmem": {"command": sys.executable, "args": ["-m", "oryxmem", "mcp"]}
+                }
+            }
+        )
+    )
+    assert install("hook", "install", "claude-code", home=tmp_path).returncode == 0
+    assert install("mcp", "install", "--client", "claude-code", home=tmp_path).returncode == 0
+    stop = json.loads(settings.read_text())["hooks"]["Stop"]
+    assert len(stop) == 1 and " -P -m oryxmem " in stop[0]["hooks"][0]["command"]
+    server = json.loads((workspace.root / ".mcp.json").read_text())["mcpServers"]["oryxmem"]
+    assert server["args"][:3] == ["-P", "-m", "oryxmem"]

@@ -28,7 +28,7 @@ def test_install_systemd_writes_matching_socket_and_service(
     assert not re.search(r"@[A-Z]+@", service + sock), "every placeholder is filled"
     assert "Type=notify" in service and "WatchdogSec=" in service
     assert "Restart=on-failure" in service
-    assert f"ExecStart={sys.executable} -m oryxmem --root {workspace.root} daemon" in service
+    assert f"ExecStart={sys.executable} -P -m oryxmem --root {workspace.root} daemon" in service
     assert f"Requires={name}.socket" in service
     runtime = os.environ["XDG_RUNTIME_DIR"]
     expected = socket_path(workspace, Config.load(workspace.config_path))

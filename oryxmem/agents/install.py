@@ -13,7 +13,6 @@ from __future__ import annotations
 import difflib
 import json
 import shlex
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +22,7 @@ import tomlkit
 import tomlkit.exceptions
 
 from oryxmem.errors import HostConfigError
+from oryxmem.launch import oryxmem_command
 
 NAME = "oryxmem"
 MCP_CLIENTS = ("claude-code", "codex", "gemini", "cursor", "vscode")
@@ -59,9 +59,10 @@ class Change:
             atomic_write(self.path, self.after.encode("utf-8"))
 
 
-def oryxmem_command(root: Path, *args: str) -> list[str]:
-    """This interpreter running oryxmem on this workspace (no PATH lookup at run time)."""
-    return [sys.executable, "-m", "oryxmem", "--root", str(root), *args]
+def workspace_command(root: Path, *args: str) -> list[str]:
+    """oryxmem on this workspace, as hosts run it: never shadowed by the folder they run
+    it in (launch.py)."""
+    return oryxmem_command("--root", str(root), *args)
 
 
 def agent_args(agent: str | None) -> list[str]:
@@ -138,7 +139,7 @@ def mcp_config_path(client: str, scope: str, root: Path, home: Path) -> Path:
 def mcp_change(client: str, scope: str, root: Path, agent: str | None, home: Path) -> Change:
     """The change that registers ``oryxmem mcp`` with this host."""
     path = mcp_config_path(client, scope, root, home)
-    command, *args = oryxmem_command(root, "mcp", *agent_args(agent))
+    command, *args = workspace_command(root, "mcp", *agent_args(agent))
     if client == "codex":
 
         def edit_toml(document: tomlkit.TOMLDocument) -> None:
@@ -187,6 +188,8 @@ def hooks_config_path(client: str, scope: str, root: Path, home: Path) -> Path:
 
 
 def is_ours(handler: Any) -> bool:
+    """An oryxmem hook, as this version or an older one registered it (``python -m
+    oryxmem``, which a project's own oryxmem.py could shadow: replaced on install)."""
     command = handler.get("command", "") if isinstance(handler, dict) else ""
     return isinstance(command, str) and " -m oryxmem " in command and " hook " in command
 
@@ -211,7 +214,7 @@ def hooks_change(client: str, scope: str, root: Path, agent: str | None, home: P
                         continue
                 kept.append(group)
             command = shlex.join(
-                oryxmem_command(root, "hook", event, "--client", client, *agent_args(agent))
+                workspace_command(root, "hook", event, "--client", client, *agent_args(agent))
             )
             handler: dict[str, Any] = {"type": "command", "command": command}
             if client == "gemini":

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
-import sys
+import shlex
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
 from oryxmem.config import Config
+from oryxmem.launch import oryxmem_command
 from oryxmem.workspace import Workspace, socket_path
 
 
@@ -48,7 +49,7 @@ def install(workspace: Workspace, config: Config, unit_dir: Path | None = None) 
     values = {
         "NAME": name,
         "ROOT": str(workspace.root),
-        "PYTHON": sys.executable,
+        "COMMAND": shlex.join(oryxmem_command("--root", str(workspace.root), "daemon")),
         "SOCKET": listen,
     }
     units = Units(name, folder / f"{name}.service", folder / f"{name}.socket")
