@@ -235,8 +235,9 @@ SETTINGS: tuple[Setting, ...] = (
         "sync.stale_buffer_seconds",
         600,
         int,
-        "an entry from an agent or the database dropped by a stale editor buffer this soon"
-        " after it was added is put back once (0: never)",
+        "an entry oryxmem wrote (a save, a row another program inserted, a put-back) that a"
+        " file written from an older editor buffer lacks is put back, as often as that"
+        " happens, while its last write is at most this old (0: never)",
         _not_negative,
     ),
 )

@@ -30,7 +30,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from daemonhelp import RunningDaemon, start_daemon
-from synchelp import Background, disagreements, git, sql, storm_of_events, watched_scratch_folder
+from synchelp import (
+    Background,
+    all_done,
+    disagreements,
+    git,
+    sql,
+    stale_editor,
+    storm_of_events,
+    watched_scratch_folder,
+)
 
 from oryxmem.client import Client
 from oryxmem.errors import OryxError
@@ -119,6 +128,7 @@ class Soak:
             (2, self.delete_file_and_restore),
             (2, self.slow_editor_while_saving),
             (4, self.stale_buffer),
+            (2, self.stale_editor_storm),
             (3, self.git_checkout_and_back),
             (6, self.sql_insert),
             (3, self.sql_update),
@@ -370,6 +380,32 @@ class Soak:
         path = self.path(agent)
         path.parent.mkdir(parents=True, exist_ok=True)
         self.write_by_rename(path, self._edited(agent, buffer))
+
+    def stale_editor_storm(self) -> None:
+        """Eight clients save to one agent while an editor writes the file back from a
+        buffer read 30 ms before, about twelve times a second: each save is put back as
+        often as an old buffer drops it."""
+        self.quiet()
+        agent = self.rng.choice(AGENTS)
+        path = self.path(agent)
+        if not path.exists():
+            self.model.must[
+                self.client().save(agent or None, self.fresh("save"))["entry"]["content"]
+            ] = agent
+        stop = threading.Event()
+        editor = Background(lambda: stale_editor(path, stop, read_ahead=0.03, every=0.05))
+        editor.start()
+        try:
+            acked: dict[str, str] = {}
+            maybe: dict[str, str] = {}
+            threads = [Background(self._saver, agent, 15, acked, maybe) for _ in range(8)]
+            all_done(threads)
+        finally:
+            stop.set()
+            editor.join()
+        if maybe:
+            raise SoakFailure(f"saves of a running daemon failed: {list(maybe)}")
+        self.model.must.update(acked)
 
     def git_checkout_and_back(self) -> None:
         """Commit, switch to a branch whose file has one more line, and come back."""

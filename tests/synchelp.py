@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from oryxmem.store.db import connect
@@ -83,6 +85,38 @@ def wait_until(condition: Callable[[], bool], timeout: float = 20.0, step: float
             return time.monotonic() - started
         time.sleep(step)
     raise AssertionError(f"condition not met within {timeout} s")
+
+
+@contextmanager
+def cpu_load(processes: int | None = None) -> Iterator[None]:
+    """A busy machine: processes that do nothing but spin (two per core by default, a
+    load average of about 4 on 2 cores with the test's own work on top)."""
+    count = processes if processes is not None else 2 * (os.cpu_count() or 1)
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    try:
+        yield
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()
+
+
+def stale_editor(path: Path, stop: threading.Event, *, read_ahead: float, every: float) -> int:
+    """An editor that saves MEMORY.md again and again from a buffer it read ``read_ahead``
+    seconds before (by rename, as vim and VS Code save), every ``every`` seconds, until
+    ``stop``: each save drops whatever was written meanwhile. Returns how many it wrote."""
+    written = 0
+    while not stop.wait(every):
+        try:
+            buffer = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            continue
+        time.sleep(read_ahead)
+        tmp = path.with_name(f".{path.name}.swp")
+        tmp.write_text(buffer, encoding="utf-8")
+        os.replace(tmp, path)
+        written += 1
+    return written
 
 
 def git(cwd: Path, *args: str) -> str:

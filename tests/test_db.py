@@ -79,6 +79,7 @@ def test_migrations_apply_once_and_reopening_changes_nothing(tmp_path: Path) -> 
         "agreed_ids_in_their_own_table",
         "derived_indexes_fed_from_the_change_log",
         "sessions_remember_where_they_were_imported_from",
+        "history_says_when_an_entry_was_written_into_the_file",
     ]
     assert shell(path, ".schema") == schema
 

@@ -3,6 +3,8 @@
 The default suite runs a short, fixed sequence. ``ORYXMEM_SOAK=1`` runs for
 ``ORYXMEM_SOAK_SECONDS`` (default 1800) with a random seed, printed first and in
 any failure; ``ORYXMEM_SOAK_SEED=<seed> ORYXMEM_SOAK_STEPS=<steps>`` replays one.
+Either runs on a busy machine: ``ORYXMEM_SOAK_LOAD`` processes (default two per core)
+spin beside it the whole time.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from soak import Soak
+from synchelp import cpu_load
 
 from oryxmem.workspace import Workspace
 
@@ -31,6 +34,14 @@ def test_soak(workspace: Workspace, tmp_path: Path) -> None:
     logs = tmp_path / "logs"
     logs.mkdir()
     soak = Soak(workspace, logs, seed)
+    load = os.environ.get("ORYXMEM_SOAK_LOAD")
+    with cpu_load(int(load) if load else None):
+        play(soak, long_run)
+    print(f"soak seed {seed}: {len(soak.steps)} steps, {dict(soak.stats)}")
+    assert soak.stats["settles"] >= 1
+
+
+def play(soak: Soak, long_run: bool) -> None:
     soak.start()
     try:
         steps = os.environ.get("ORYXMEM_SOAK_STEPS")  # replay a failure up to its step
@@ -42,5 +53,3 @@ def test_soak(workspace: Workspace, tmp_path: Path) -> None:
             soak.run(steps=SHORT_STEPS)
     finally:
         soak.stop()
-    print(f"soak seed {seed}: {len(soak.steps)} steps, {dict(soak.stats)}")
-    assert soak.stats["settles"] >= 1

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 from synchelp import disagreements, file_items, git, row_items, sql
 
-from oryxmem.config import Config
+from oryxmem.config import Config, set_value
 from oryxmem.service import MemoryService
 from oryxmem.store import rows as table
 from oryxmem.store.db import connect, write_transaction
@@ -174,16 +174,71 @@ def test_stale_editor_buffer_does_not_lose_lines_the_engine_appended(
     assert report.restored
     assert sorted(lines(workspace, "coder")) == ["old", "saved while editing", "typed by the human"]
     assert disagreements(workspace) == []
-    # Deleting it again, on purpose, is honoured.
-    text = workspace.memory_path("coder").read_text()
-    workspace.memory_path("coder").write_text(
-        "".join(
-            line for line in text.splitlines(keepends=True) if "saved while editing" not in line
-        )
-    )
+    # The same old buffer saved again: put back again, as often as it happens.
+    workspace.memory_path("coder").write_text(stale_buffer + f"- [{TS}] typed by the human\n")
+    assert engine.reconcile_agent("coder").restored
+    assert "saved while editing" in workspace.memory_path("coder").read_text()
+    # Deleted from a buffer that held it (it holds what was written after it): honoured.
+    sql(workspace, "INSERT INTO memory_entries(agent, content) VALUES ('coder', 'a later one')")
+    engine.reconcile_agent("coder")
+    delete_line(workspace, "coder", "saved while editing")
     engine.reconcile_agent("coder")
     assert "saved while editing" not in workspace.memory_path("coder").read_text()
+    assert "a later one" in workspace.memory_path("coder").read_text()
     assert disagreements(workspace) == []
+
+
+def delete_line(workspace: Workspace, agent: str, content: str) -> None:
+    path = workspace.memory_path(agent)
+    text = path.read_text()
+    path.write_text(
+        "".join(
+            line for line in text.splitlines(keepends=True) if not line.endswith(f"] {content}\n")
+        )
+    )
+
+
+def test_the_newest_entry_deleted_by_hand_comes_back_until_its_window_has_passed(
+    workspace: Workspace,
+) -> None:
+    """A file without the newest entry looks the same whether a person deleted it or an
+    old buffer never had it: it is put back while sync.stale_buffer_seconds runs from its
+    last write, then a deletion is honoured."""
+    set_value(workspace.config_path, "sync.stale_buffer_seconds", "2")
+    service = MemoryService(workspace, Config.load(workspace.config_path))
+    engine = service.sync_engine()
+    service.save("coder", "the first")
+    service.save("coder", "the newest")
+    delete_line(workspace, "coder", "the newest")
+    assert engine.reconcile_agent("coder").restored
+    time.sleep(2.2)  # the window has passed since its put-back
+    delete_line(workspace, "coder", "the newest")
+    report = engine.reconcile_agent("coder")
+    assert not report.restored and lines(workspace, "coder") == ["the first"]
+    assert disagreements(workspace) == []
+    service.close()
+
+
+def test_a_save_onto_a_file_an_old_buffer_emptied_does_not_prove_a_later_buffer_held_it(
+    engine: SyncEngine, workspace: Workspace
+) -> None:
+    """E is saved; an old buffer drops it; F is saved onto that file before reconcile
+    looks; a buffer read then (holding F, never E) is written. F came after E, yet the
+    buffer never held E: it is put back."""
+    service = MemoryService(workspace, Config.load(workspace.config_path))
+    service.save("coder", "the first")
+    engine.reconcile_agent("coder")
+    old = workspace.memory_path("coder").read_text()
+    service.save("coder", "E")
+    workspace.memory_path("coder").write_text(old)  # the old buffer, unseen by reconcile
+    service.save("coder", "F")  # onto the file the old buffer left
+    buffer = workspace.memory_path("coder").read_text()
+    assert "] F\n" in buffer and "] E\n" not in buffer
+    workspace.memory_path("coder").write_text(buffer)
+    assert engine.reconcile_agent("coder").restored
+    assert sorted(lines(workspace, "coder")) == ["E", "F", "the first"]
+    assert disagreements(workspace) == []
+    service.close()
 
 
 def test_conflicted_file_is_not_ingested_and_rows_wait(

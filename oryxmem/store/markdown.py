@@ -66,11 +66,15 @@ READ_ATTEMPTS = 20
 
 class Append(NamedTuple):
     """Entries one write appended to a file, with the file's stat before and after (None
-    after: someone else wrote it too, unseen)."""
+    after: someone else wrote it too, unseen), when the write was done (epoch ns), and
+    whether it went onto a file someone else had written (or removed) since oryxmem last
+    wrote it: what they dropped was missing when these entries came (rows.protected_entries)."""
 
     before: FileStat | None
     entries: list[Entry]
     after: FileStat | None
+    written_ns: int
+    after_others: bool
 
 
 @dataclass
@@ -222,11 +226,12 @@ class MarkdownMemoryStore(LongTermMemoryStore):
         the file they were added to (None: there was none) and the stat this write left.
         Another writer changing the file meanwhile makes it read the file again and retry."""
         with self.lock.hold():
-            entries, before = retry_on_change(
+            entries, before, after_others = retry_on_change(
                 SAVE_ATTEMPTS, lambda: self.append_locked(additions), self.forget
             )
+            written_ns = time.time_ns()  # under the lock: writes to the file are in its order
             self.answered.add(entries)  # until the rows have them (a crash, a stale buffer)
-        return Append(before, entries, self.written_key)  # as the write just made left it
+        return Append(before, entries, self.written_key, written_ns, after_others)
 
     # --- for callers that hold the lock across a longer operation (sync) ------
 
@@ -290,14 +295,20 @@ class MarkdownMemoryStore(LongTermMemoryStore):
             raise ConcurrentChange(self.path)
         return self._write_locked(cached, additions, removals)
 
-    def append_locked(self, additions: Sequence[EntryText]) -> tuple[list[Entry], FileStat | None]:
+    def append_locked(
+        self, additions: Sequence[EntryText]
+    ) -> tuple[list[Entry], FileStat | None, bool]:
         """Add entries to the file as it is now, read once; the caller holds the lock.
 
-        Returns the entries and the stat of the file they were added to (None: there
-        was no file). Raises ConcurrentChange when the file changes under the write."""
+        Returns the entries, the stat of the file they were added to (None: there was no
+        file), and whether someone else had written or removed it since oryxmem last did.
+        Raises ConcurrentChange when the file changes under the write."""
         cached = self._parseable_locked()
         before = cached.key
-        return self._write_locked(cached, additions, ()), before
+        after_others = self._written_by_others(before) or (
+            before is None and self.lock.last_written() is not None
+        )
+        return self._write_locked(cached, additions, ()), before, after_others
 
     def _write_locked(
         self, cached: _Cached, additions: Sequence[EntryText], removals: Collection[str]

@@ -9,8 +9,9 @@ is how a save reaches the rows; the sync engine uses the rest to reconcile.
 
 from __future__ import annotations
 
+import bisect
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -271,30 +272,96 @@ def prune_changes(db: Database) -> int:
     return cursor.rowcount
 
 
-def protected_entries(db: Database, agent: str, window_seconds: int) -> set[str]:
-    """Entries added from the socket or the database lately, not yet restored once."""
-    rows = db.execute(
-        "SELECT entry_id FROM memory_history WHERE agent = ? AND op = 'add' AND source != 'file'"
-        " AND at >= strftime('%Y-%m-%d %H:%M:%S', 'now', 'localtime', ?)"
-        " EXCEPT SELECT entry_id FROM memory_history WHERE agent = ? AND op = 'restore'",
-        [agent, f"-{window_seconds} seconds", agent],
+def protected_entries(
+    db: Database, agent: str, in_file: Collection[str], window_seconds: int, now_ns: int
+) -> set[str]:
+    """The entries a file lacks because it was written from a buffer that never held them:
+    each must be put back, however often that happens in a row.
+
+    An entry oryxmem wrote into MEMORY.md (a save, a put-back) may leave it only when
+    someone deletes it from a buffer that held it. A buffer holds an entry only if it was
+    read after that entry was first written. So when the file holds an entry F first
+    written after E's last write, and no save between the two went onto a file someone
+    else had written (which may have dropped E unseen), E was in the file when F came,
+    the buffer held E, and its removal was meant. Without such an F the file came from an
+    older buffer (or a person deleted the newest lines: the two look alike), and E is
+    put back while its last write is at most ``window_seconds`` old (0: never)."""
+    if window_seconds <= 0:
+        return set()
+    since = now_ns - window_seconds * 1_000_000_000
+    last_write: dict[str, int] = {}
+    blind: list[int] = []  # saves that went onto a file someone else had written
+    for entry_id, written, after_others in db.execute(
+        "SELECT entry_id, written_ns, written_after_others FROM memory_history"
+        " WHERE agent = ? AND written_ns >= ? AND op IN ('add', 'restore')",
+        [agent, since],
+    ):
+        if entry_id is not None:
+            last_write[entry_id] = max(last_write.get(entry_id, 0), int(written))
+        if after_others:
+            blind.append(int(written))
+    missing = {i: w for i, w in last_write.items() if i not in in_file}
+    if not missing:
+        return set()
+    held = [entry_id for entry_id in last_write if entry_id in in_file]
+    first_writes = sorted(
+        int(first)
+        for _, first in select_in(
+            db,
+            "SELECT entry_id, min(written_ns) FROM memory_history WHERE agent = ?"
+            " AND entry_id IN ({marks}) AND written_ns IS NOT NULL GROUP BY entry_id",
+            held,
+            [agent],
+        )
     )
-    return {row[0] for row in rows if row[0]}
+    blind.sort()
+    protected = set()
+    for entry_id, written in missing.items():
+        after = bisect.bisect_right(blind, written)
+        horizon = blind[after] if after < len(blind) else now_ns + 1  # the next blind save
+        first_later = bisect.bisect_right(first_writes, written)
+        if not (first_later < len(first_writes) and first_writes[first_later] < horizon):
+            protected.add(entry_id)
+    return protected
 
 
-HistoryRow = tuple[str, str, str, str | None, str | None, str | None, str | None, str | None]
+# (agent, op, source, scope, entry id, ts, content, detail, written_ns,
+#  written_after_others)
+HistoryRow = tuple[
+    str, str, str, str | None, str | None, str | None, str | None, str | None, int | None, int
+]
 
 
 def history_row(
-    agent: str, op: str, source: str, entry: Entry, detail: str | None = None
+    agent: str,
+    op: str,
+    source: str,
+    entry: Entry,
+    detail: str | None = None,
+    written_ns: int | None = None,
+    after_others: bool = False,
 ) -> HistoryRow:
-    return (agent, op, source, entry.scope, entry.entry_id, entry.ts, entry.content, detail)
+    """One event of an entry; ``written_ns`` when oryxmem wrote it into MEMORY.md then,
+    ``after_others`` when that write went onto a file someone else had written."""
+    return (
+        agent,
+        op,
+        source,
+        entry.scope,
+        entry.entry_id,
+        entry.ts,
+        entry.content,
+        detail,
+        written_ns,
+        int(after_others),
+    )
 
 
 def record_history_rows(db: Database, rows: Sequence[HistoryRow]) -> None:
     insert_values(
         db,
-        "INSERT INTO memory_history(agent, op, source, scope, entry_id, ts, content, detail)",
+        "INSERT INTO memory_history(agent, op, source, scope, entry_id, ts, content, detail,"
+        " written_ns, written_after_others)",
         rows,
     )
 
@@ -314,7 +381,9 @@ def record_history(
     if entry is not None:
         record_history_rows(db, [history_row(agent, op, source, entry, detail)])
     else:
-        record_history_rows(db, [(agent, op, source, scope, None, None, _text(content), detail)])
+        record_history_rows(
+            db, [(agent, op, source, scope, None, None, _text(content), detail, None, 0)]
+        )
 
 
 def entries_not_in_rows(db: Executes, agent: str, entries: Sequence[Entry]) -> list[Entry]:
@@ -483,7 +552,21 @@ def mirror_appends(
     reconcile soon.
     """
     entries = [entry for append in appends for entry in append.entries]
-    record_history_rows(db, [history_row(agent, "add", source, entry) for entry in entries])
+    record_history_rows(
+        db,
+        [
+            history_row(
+                agent,
+                "add",
+                source,
+                entry,
+                written_ns=append.written_ns,
+                after_others=append.after_others,
+            )
+            for append in appends
+            for entry in append.entries
+        ],
+    )
     # Whether both sides agreed just before these appends: asked before the rows go in
     # (their insert is itself a change to the rows).
     state = read_state(db, agent, with_agreed=False)

@@ -243,3 +243,17 @@ def sessions_remember_where_they_were_imported_from(db: Database) -> None:
     # it again adds only the messages it gained since.
     db.execute("ALTER TABLE sessions ADD COLUMN source TEXT")
     db.execute("CREATE UNIQUE INDEX sessions_source ON sessions(source) WHERE source IS NOT NULL")
+
+
+@migrations()
+def history_says_when_an_entry_was_written_into_the_file(db: Database) -> None:
+    # written_ns: when oryxmem wrote the entry into MEMORY.md (a save, or a put-back), in
+    # epoch nanoseconds; written_after_others: that write went onto a file someone else had
+    # written since. Together they tell a file written from a buffer older than an entry
+    # from one that held it (rows.protected_entries).
+    db.execute("ALTER TABLE memory_history ADD COLUMN written_ns INTEGER")
+    db.execute("ALTER TABLE memory_history ADD COLUMN written_after_others INTEGER")
+    db.execute(
+        "CREATE INDEX memory_history_written ON memory_history(agent, written_ns)"
+        " WHERE written_ns IS NOT NULL"
+    )

@@ -283,12 +283,18 @@ class SyncEngine:
             return
         if state is not None:
             state = rows.read_state(self.db, agent)  # now the agreed ids too
+        file_entries = doc.all_entries()
         protected = (  # a stale buffer drops lines; a file that is gone was removed
-            rows.protected_entries(self.db, agent, self.config.stale_buffer_seconds)
-            if state and self.config.stale_buffer_seconds and key is not None
+            rows.protected_entries(
+                self.db,
+                agent,
+                {entry.entry_id for entry in file_entries},
+                self.config.stale_buffer_seconds,
+                time.time_ns(),
+            )
+            if state and key is not None
             else set()
         )
-        file_entries = doc.all_entries()
         plan = reconcile(
             file_entries,
             number_rows(rows.read_rows(self.db, agent)),
@@ -298,16 +304,18 @@ class SyncEngine:
         self._describe(report, plan, file_entries)
         if dry_run:
             raise _DryRun
+        written_ns = None
         if plan.changes_file:
             # Applied to the file this plan was made from, or refused (git or an editor
             # wrote since it was read): then read both sides again.
             store.edit_locked(plan.file_additions, plan.file_removals, based_on=key)
+            written_ns = time.time_ns()  # under the lock, as a save's is
             doc, key = store.current_locked()
             if key != store.written_key:
                 raise ConcurrentChange(store.path)  # another writer right after
             sha = file_sha256(doc.text)
             notes = kept_lines(doc)
-        _apply_plan_to_rows(self.db, agent, plan, file_entries)
+        _apply_plan_to_rows(self.db, agent, plan, file_entries, written_ns)
         previous = state.agreed if state is not None else None
         self._save_state(agent, key, sha, plan.agreed, notes, previous)
 
@@ -325,7 +333,8 @@ class SyncEngine:
     def _record_repairs(self, agent: str, repairs: Sequence[str], dry_run: bool) -> None:
         if repairs and not dry_run:
             rows.record_history_rows(
-                self.db, [(agent, "repair", "file", None, None, None, None, r) for r in repairs]
+                self.db,
+                [(agent, "repair", "file", None, None, None, None, r, None, 0) for r in repairs],
             )
 
     def _save_state(
@@ -378,9 +387,10 @@ class SyncEngine:
 
 
 def _apply_plan_to_rows(
-    db: Database, agent: str, plan: Plan, file_entries: Sequence[Entry]
+    db: Database, agent: str, plan: Plan, file_entries: Sequence[Entry], written_ns: int | None
 ) -> None:
-    """Make the rows match what the plan decided, and write every add and remove to history."""
+    """Make the rows match what the plan decided, and write every add and remove to history
+    (with ``written_ns``, when the plan's additions were written into the file)."""
     events: list[rows.HistoryRow] = []
     losers = {row_id: (entry, why) for row_id, entry, why in plan.lost}
     doomed = sorted(set(plan.row_deletes))
@@ -399,7 +409,9 @@ def _apply_plan_to_rows(
     events += [rows.history_row(agent, "remove", "db", by_id[i]) for i in plan.file_removals]
     restored = set(plan.restored)
     events += [
-        rows.history_row(agent, "restore" if entry in restored else "add", "db", entry)
+        rows.history_row(
+            agent, "restore" if entry in restored else "add", "db", entry, written_ns=written_ns
+        )
         for entry in plan.file_additions
     ]
     rows.insert_rows(db, agent, plan.row_inserts, "file")
