@@ -158,6 +158,7 @@ def save(ctx: Context, agent: str | None, scope: str, content: str, as_json: boo
     agent = ctx.agent(agent)
     if content == "-":
         content = sys.stdin.read()
+    ctx.check_content(content)
     data = ctx.call(
         lambda client: client.save(agent, content, scope),
         lambda service: save_data(service.save(agent, content, scope, source="cli")),
@@ -227,7 +228,7 @@ def search(
         click.echo(f"oryxmem: note: {data['note']}", err=True)
     for hit in data["hits"]:
         arms = "+".join(hit["arms"])
-        click.echo(f"{hit['score']:.3f}  {arms:<16} {terminal_safe(hit['line'])}")
+        click.echo(f"{hit['score']:.3f}  {arms:<16} {terminal_line(hit['line'])}")
     if data["unembedded"]:
         click.echo(
             f"oryxmem: {data['unembedded']} entries are not embedded yet (searched by words"
@@ -747,15 +748,22 @@ def install_options(func: F) -> F:
 def _install(
     ctx: Context, make: Callable[..., Any], host: str, scope: str, agent: str | None, dry: bool
 ) -> None:
-    """Write (or with ``dry``, show) the change ``make`` works out for this host."""
+    """Write (or with ``dry``, show) the change ``make`` works out for this host, and say
+    the one-time trust step the host needs for a project's own registration."""
+    from oryxmem.agents.install import trust_step
+
     change = make(host, scope, open_workspace(ctx.root).root, ctx.agent(agent), Path.home())
     if not change.changed:
         click.echo(f"{change.path}: already set up; nothing changed")
     elif dry:
         click.echo(change.diff(), nl=False)
+        return
     else:
         change.write()
         click.echo(f"wrote {change.path}")
+    step = trust_step(host, scope)
+    if step is not None:
+        click.echo(f"note: {step}", err=True)
 
 
 @cli.group(invoke_without_command=True)
@@ -845,8 +853,13 @@ def main(argv: list[str] | None = None) -> None:
     except click.exceptions.Abort:
         click.echo("oryxmem: aborted", err=True)
         sys.exit(EXIT_ERROR)
+    except click.UsageError as error:  # one line, as every other error (exit 2)
+        command = error.ctx.command_path if error.ctx is not None else "oryxmem"
+        reason = error.format_message().rstrip(".")
+        click.echo(f"oryxmem: error: {reason} (see '{command} --help')", err=True)
+        sys.exit(error.exit_code)
     except click.ClickException as error:
-        error.show()
+        click.echo(f"oryxmem: error: {error.format_message()}", err=True)
         sys.exit(error.exit_code)
     except OryxError as error:
         click.echo(f"oryxmem: error: {error.message}", err=True)

@@ -122,6 +122,10 @@ class TranscriptChangedError(OryxError, code=1020, http_status=409):
     """An imported transcript no longer begins with what was imported from it."""
 
 
+class SemanticSearchOffError(OryxError, code=1021, http_status=409):
+    """A search by meaning only, where recall.embedder is none."""
+
+
 class MemoryFileConflictedError(OryxError, code=2001, http_status=409):
     """MEMORY.md holds git conflict markers."""
 

@@ -73,6 +73,12 @@ def open_regular(
         fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
     except FileNotFoundError:
         raise
+    except PermissionError as error:  # as much the file's problem as a link in its place
+        wanted = "read" if flags & (os.O_WRONLY | os.O_RDWR) == 0 else "write"
+        raise refuse(
+            f"{path}: permission denied to {wanted} it; oryxmem needs to read and write it",
+            data={"errno": error.errno},
+        ) from None
     except OSError as error:
         kind = _kind_at(path)
         if kind is None:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from oryxmem.config import Config
-from oryxmem.errors import DaemonUnavailableError
+from oryxmem.errors import ContentTooLongError, DaemonUnavailableError
 from oryxmem.workspace import open_workspace, socket_path
 
 if TYPE_CHECKING:
@@ -55,6 +55,19 @@ class Reach:
 
                 self._client = Client(path, self.timeout, workspace.root)
         return self._client
+
+    def config(self) -> Config:
+        """The workspace's configuration as the file says now."""
+        return Config.load(open_workspace(self.root).config_path)
+
+    def check_content(self, content: str) -> None:
+        """Refuse content longer than one entry may hold before it is sent anywhere: a
+        daemon would otherwise answer about the size of an HTTP body nobody typed."""
+        limit = self.config().max_content_chars
+        if len(content.strip()) > limit:
+            raise ContentTooLongError(
+                f"content is {len(content.strip())} characters; the limit is {limit}"
+            )
 
     def daemon_health(self) -> dict[str, Any] | None:
         """The running daemon's health, or None when none answers."""

@@ -4,7 +4,9 @@ Two arms answer a query: the ranked keyword arm (index/bm25.py: BM25 over an ent
 and the entries just before it) and the semantic arm (index/vectors.py: cosine
 similarity of embeddings). Hybrid search puts each arm's scores on [0, 1] (BM25
 divided by its best, cosine min-max over the agent's entries) and adds them
-with weights, KEYWORD_WEIGHT and SEMANTIC_WEIGHT.
+with weights, KEYWORD_WEIGHT and SEMANTIC_WEIGHT, so a score is from 0 to 1; a row
+whose fused score is 0 (the bottom of the scale of the one arm that brought it) is
+not a hit.
 
 Every choice here was kept only because bench/recall_quality.py (the LoCoMo dev
 set: 354 questions over three long conversations) showed it helps; the README
@@ -37,10 +39,9 @@ MODES = ("hybrid", "semantic", "keyword")
 # alone in every category; 0.2 is the middle, and the best at recall@1.
 KEYWORD_WEIGHT = 0.8
 SEMANTIC_WEIGHT = 0.2
-# An entry that holds the whole query, as typed (casefolded), comes before the others:
-# what keyword recall returns is never lost by ranking (the dev set's questions are
-# never held whole by a turn: the figures do not move).
-EXACT_BONUS = 1.0
+# An entry that holds the whole query, as typed (casefolded), comes before the others
+# (arm "exact"): what keyword recall returns is never lost by ranking (the dev set's
+# questions are never held whole by a turn: the figures do not move).
 EXACT_MIN_CHARS = 3  # shorter queries are words: the keyword arm ranks them
 # Candidates each arm brings to the fusion: a hit that is in neither arm's first this
 # many cannot make the top of a search for the few entries an agent asks for.
@@ -53,7 +54,7 @@ class Ranked:
     (keyword), the words of the entries just before it (context), its meaning (semantic)."""
 
     row_id: int
-    score: float
+    score: float  # the arms' scores fused: 0 (nothing) to 1 (the best of every arm)
     arms: tuple[str, ...]
     similarity: float  # cosine to the query (0 when the semantic arm did not look)
 
@@ -99,6 +100,10 @@ def rank(
     }[mode]
     ranked = []
     for row_id in candidates:
+        scaled, cosine = semantic_scores.get(row_id, (0.0, 0.0))
+        score = keyword_weight * keyword_scores.get(row_id, 0.0) + semantic_weight * scaled
+        if score <= 0 and row_id not in exact:
+            continue  # the bottom of an arm's scale: nothing found it, in truth
         # The keyword arm is credited only where an entry's own words match; one found
         # only by the words of the entries before it says "context".
         arms = tuple(
@@ -111,11 +116,9 @@ def rank(
             )
             if found
         )
-        scaled, cosine = semantic_scores.get(row_id, (0.0, 0.0))
-        score = keyword_weight * keyword_scores.get(row_id, 0.0) + semantic_weight * scaled
-        score += EXACT_BONUS if row_id in exact else 0.0
         ranked.append(Ranked(row_id, score, arms, cosine))
-    ranked.sort(key=lambda r: (-r.score, -r.row_id))  # ties: the newer first
+    # Those holding the whole query first, then by score; ties: the newer first.
+    ranked.sort(key=lambda r: ("exact" not in r.arms, -r.score, -r.row_id))
     return Ranking(ranked[:limit], unembedded)
 
 

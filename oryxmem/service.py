@@ -35,6 +35,7 @@ from oryxmem.errors import (
     InvalidFieldError,
     MemoryFileConflictedError,
     OryxError,
+    SemanticSearchOffError,
     UnsafeAgentNameError,
     log_failure,
 )
@@ -653,6 +654,11 @@ class MemoryService:
             raise EmptyKeywordError("the search query is empty")
         if has_lone_surrogate(query):
             raise InvalidContentError("the search query holds a lone surrogate (not Unicode)")
+        if mode == "semantic" and str(self.config.get("recall.embedder")) == "none":
+            raise SemanticSearchOffError(
+                "search by meaning is off (recall.embedder = none): search by words"
+                " (mode keyword or hybrid), or set recall.embedder"
+            )
         count = limit or int(self.config.get("recall.limit"))
         if self.index_upkeep:  # alone (no daemon keeps the rows and indexes current):
             self._settle_rows(ref.agent)  # a file edited since the last sync is read first
@@ -671,7 +677,7 @@ class MemoryService:
             if mode == "semantic":
                 raise
             note = f"searched by words only: {error.message}"
-            log.warning("%s", note)
+            log.info("%s", note)  # the caller is told in the result (the CLI prints it)
             ranking = rank(self.db, ref.agent, query, POOL, "keyword", bm25, None)
         kept = [  # the words found it, or its meaning is close enough
             ranked

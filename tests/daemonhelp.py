@@ -58,8 +58,13 @@ class RunningDaemon:
 
 
 def start_daemon(
-    workspace: Workspace, log: Path, env: dict[str, str] | None = None, **popen: Any
+    workspace: Workspace,
+    log: Path,
+    env: dict[str, str] | None = None,
+    prefix: tuple[str, ...] = (),
+    **popen: Any,
 ) -> RunningDaemon:
+    """``prefix``: a command the daemon runs under (setpriv, to drop capabilities)."""
     socket = Path((env or {}).get("ORYXMEM_SOCKET") or os.environ["ORYXMEM_SOCKET"])
     # An abstract socket (a leading NUL): nothing on disk to clean up.
     notify_name = f"oryxmem-test-{os.getpid()}-{time.monotonic_ns()}"
@@ -67,7 +72,7 @@ def start_daemon(
     notifications.bind("\0" + notify_name)
     with open(log, "ab") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "oryxmem", "daemon"],
+            [*prefix, sys.executable, "-m", "oryxmem", "daemon"],
             stdout=out,
             stderr=subprocess.STDOUT,
             env={

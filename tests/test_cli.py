@@ -133,3 +133,15 @@ def test_history_printed_multiline_content_and_escape_codes_raw(workspace: Works
     assert len(lines) == 2
     assert lines[0].endswith("line one\\nline two")
     assert "\\x1b[31mred" in lines[1] and "quarantine" in lines[1]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["save"], ["save", "--scope", "x", "y"], ["nosuch"], ["search", "--mode", "words", "q"]],
+)
+def test_a_usage_error_is_one_line_and_exit_2(workspace: Workspace, args: list[str]) -> None:
+    done = run_cli(*args)
+    assert done.returncode == 2 and done.stdout == ""
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("oryxmem: error: "), done.stderr
+    assert "--help'" in lines[0]

@@ -652,3 +652,45 @@ def test_the_client_never_sends_a_save_twice(tmp_path: Path) -> None:
             client.recall("coder", "once")
         assert len(requests) == 3  # the GET went out twice
     server.close()
+
+
+def without_file_permission_override() -> tuple[str, ...]:
+    """A daemon that file modes bind: root's DAC override dropped (as any user has)."""
+    if os.geteuid() != 0:
+        return ()
+    if shutil.which("setpriv") is None:
+        pytest.skip("needs setpriv to run the daemon as root without DAC override")
+    return ("setpriv", "--bounding-set", "-dac_override,-dac_read_search")
+
+
+def test_a_memory_file_the_daemon_may_not_read_is_that_agents_409_and_listed_until_fixed(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    from conftest import run_cli
+
+    assert run_cli("save", "--agent", "locked", "hello").returncode == 0
+    assert run_cli("save", "--agent", "open", "hello").returncode == 0
+    path = workspace.memory_path("locked")
+    path.chmod(0)
+    prefix = without_file_permission_override()
+    with daemon(workspace, tmp_path / "daemon.log", prefix=prefix) as running:
+        for args in (
+            ("http://x/api/v1/agents/locked/memory",),
+            ("-d", '{"content": "x"}', "http://x/api/v1/agents/locked/memory"),
+        ):
+            status, reply = running.curl(*args)
+            assert (status, reply["code"]) == (409, 2002), reply
+            assert "permission denied" in reply["message"]
+        assert (
+            running.curl("-d", '{"content": "y"}', "http://x/api/v1/agents/open/memory")[0] == 200
+        )
+
+        def problems() -> list[dict[str, str]]:
+            return list(running.curl("http://x/api/v1/health")[1]["data"]["sync"]["problems"])
+
+        wait_until(lambda: any(p["agent"] == "locked" for p in problems()))
+        assert problems()[0]["status"] == "unreadable"
+        assert "locked: unreadable:" in run_cli("status").stdout
+        path.chmod(0o644)
+        wait_until(lambda: not problems(), timeout=60)
+        assert running.curl("http://x/api/v1/agents/locked/memory")[0] == 200

@@ -172,6 +172,25 @@ def test_a_bad_transcript_imports_nothing(service: MemoryService, tmp_path: Path
         service.import_sessions([good], "a")
 
 
+def test_a_malformed_last_line_imports_nothing_unless_it_is_still_being_written(
+    service: MemoryService, tmp_path: Path
+) -> None:
+    """One bad line imports nothing, wherever it is; a last line with no newline after it
+    yet is a host still writing it, left for the next import."""
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"role": "user", "content": "ok"}\n{"role": "assistant", "cont\n')
+    with pytest.raises(InvalidFieldError, match=r"t\.jsonl:2: not JSON"):
+        service.import_sessions([path], "a")
+    assert service.db.execute("SELECT count(*) FROM sessions").fetchone()[0] == 0
+    path.write_text('{"role": "user", "content": "ok"}\n{"role": "assistant", "cont')
+    assert service.import_sessions([path], "a")[0]["added"] == 1
+    done = run_cli("sessions", "import", "--agent", "a", str(path))
+    assert done.returncode == 0 and "nothing new" in done.stdout, done.stderr
+    path.write_text('{"role": "user", "content": "ok"}\n{"role": "assistant", "cont\n')
+    done = run_cli("sessions", "import", "--agent", "a", str(path))
+    assert done.returncode == 1 and "t.jsonl:2: not JSON" in done.stderr
+
+
 def test_the_block_for_a_query_holds_rounds_of_other_sessions_within_their_budget(
     workspace: Workspace,
 ) -> None:

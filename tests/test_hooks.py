@@ -126,6 +126,19 @@ def test_claude_code_session_start_prompt_and_stop_through_the_daemon(
     )
 
 
+def test_session_start_on_an_empty_memory_says_nothing(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    with daemon(workspace, tmp_path / "d.log"):
+        start = hook("session-start", base("SessionStart", source="startup"), "--agent", "coder")
+        assert start.returncode == 0 and start.stdout == "", start.stdout
+        run_cli("save", "--agent", "coder", "User likes tea.")
+        _, block = context_of(
+            hook("session-start", base("SessionStart", source="startup"), "--agent", "coder")
+        )
+        assert "User likes tea." in block
+
+
 def test_the_agent_comes_from_oryxmem_agent_and_an_unsafe_name_falls_back(
     workspace: Workspace, tmp_path: Path
 ) -> None:
@@ -504,3 +517,13 @@ def test_installing_again_replaces_an_older_shadowable_registration(
     assert len(stop) == 1 and " -P -m oryxmem " in stop[0]["hooks"][0]["command"]
     server = json.loads((workspace.root / ".mcp.json").read_text())["mcpServers"]["oryxmem"]
     assert server["args"][:3] == ["-P", "-m", "oryxmem"]
+
+
+@pytest.mark.parametrize("host", ["claude-code", "gemini", "codex"])
+def test_installing_into_a_project_says_the_hosts_one_time_trust_step(
+    workspace: Workspace, tmp_path: Path, host: str
+) -> None:
+    project = install("mcp", "install", "--client", host, home=tmp_path)
+    assert project.returncode == 0 and "note: " in project.stderr and "trust" in project.stderr
+    user = install("mcp", "install", "--client", host, "--scope", "user", home=tmp_path)
+    assert user.returncode == 0 and user.stderr == ""

@@ -80,8 +80,29 @@ def test_every_tool_has_a_description_for_the_model_and_full_annotations(
         assert None not in (notes.read_only_hint, notes.destructive_hint, notes.idempotent_hint)
         assert notes.read_only_hint is (tool.name != "save_memory")
         assert notes.destructive_hint is False
+        description = tool.description or ""
+        assert "\n" not in description and "  " not in description, description  # no indent
     save = next(tool for tool in tools if tool.name == "save_memory")
     assert save.input_schema["properties"]["scope"]["enum"] == ["archival", "core"]
+
+
+def test_a_save_too_long_for_an_entry_is_told_in_the_tools_terms_with_and_without_a_daemon(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    """A 1 MB save: the error speaks of its content, never of an HTTP body."""
+
+    async def too_long(client: Client) -> str:
+        result = await client.call_tool("save_memory", {"content": "x" * (1024 * 1024)})
+        assert result.is_error
+        return text_of(result)
+
+    alone = over_stdio(workspace, ["--agent", "coder"], too_long)
+    with daemon(workspace, tmp_path / "daemon.log"):
+        through = over_stdio(workspace, ["--agent", "coder"], too_long)
+    for said in (alone, through):
+        assert "content is 1048576 characters; the limit is 32768" in said, said
+        assert "body" not in said and "1006" in said
+    assert not workspace.memory_path("coder").exists()
 
 
 def test_the_tools_save_recall_search_and_show_the_block_without_a_daemon(

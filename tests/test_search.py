@@ -112,6 +112,37 @@ def test_the_whole_query_held_by_an_entry_comes_first(service: MemoryService) ->
     assert "exact" in service.search("coder", "during the storm").hits[0].arms
 
 
+def test_scores_are_from_0_to_1_and_nothing_scored_0_is_a_hit(service: MemoryService) -> None:
+    service.save("coder", "typed during the storm")
+    for mode in MODES:
+        hits = service.search("coder", "during the storm", mode=mode).hits
+        assert hits and all(0 < hit.score <= 1 for hit in hits), (mode, hits)
+    first = service.search("coder", "during the storm").hits[0]
+    assert "exact" in first.arms and first.entry.content == "typed during the storm"
+
+
+def test_the_cli_search_shows_content_as_show_does(workspace: Workspace) -> None:
+    assert run_cli("save", "--agent", "coder", "line one\nline two about tea").returncode == 0
+    shown = run_cli("show", "--agent", "coder").stdout
+    found = run_cli("search", "--agent", "coder", "tea").stdout
+    assert "line one\\nline two about tea" in shown
+    assert "line one\\nline two about tea" in found and "\\\\n" not in found
+    score = float(found.split()[0])
+    assert 0 < score <= 1
+
+
+def test_a_search_by_meaning_with_no_embedder_says_why_there_is_nothing(
+    workspace: Workspace,
+) -> None:
+    fill(workspace, "coder", MEMORY)
+    set_value(workspace.config_path, "recall.embedder", "none")
+    done = run_cli("search", "--agent", "coder", "--mode", "semantic", "tea")
+    assert done.returncode == 1 and done.stdout == ""
+    assert "search by meaning is off (recall.embedder = none)" in done.stderr
+    words = run_cli("search", "--agent", "coder", "tea")  # hybrid: by words, as configured
+    assert words.returncode == 0 and MEMORY[0] in words.stdout and words.stderr == ""
+
+
 def test_hybrid_recall_on_a_bilingual_memory(workspace: Workspace) -> None:
     """The quality check of the default suite: a memory of 25 entries in English and
     Chinese, 21 questions (paraphrases, words, 'when did', Chinese). Each must be
@@ -218,6 +249,10 @@ def test_an_embeddings_server_that_fails_is_a_clear_error_and_keywords_still_wor
         assert service.recall("coder", "tea").lines[0].endswith(MEMORY[0])
         assert contents(service.search("coder", "tea", mode="keyword").hits)[0] == MEMORY[0]
         service.close()
+        done = run_cli("search", "--agent", "coder", "tea")  # the reason, said once
+        assert done.returncode == 0 and done.stderr.count("searched by words only") == 1, (
+            done.stderr
+        )
 
 
 def test_an_embedder_that_does_not_answer_never_holds_up_a_save(

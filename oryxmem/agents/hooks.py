@@ -71,6 +71,8 @@ class Hook:
         if client is None:
             return None  # the files alone may take long to read (a large one is parsed)
         block = str(client.context(self.agent)["context"])
+        if not any(line.startswith("- ") for line in block.splitlines()):
+            return None  # an empty memory: two bare headings would say nothing
         return self.answer(f"Long-term memory (oryxmem):\n{block}")
 
     def prompt(self, payload: dict[str, Any], reach: Reach) -> str | None:

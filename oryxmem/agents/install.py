@@ -168,6 +168,23 @@ def mcp_change(client: str, scope: str, root: Path, agent: str | None, home: Pat
     return _json_change(path, edit_json)
 
 
+# What a host needs before it starts a server (or runs hooks) that a project's own files
+# declare: it asks once whether you trust the project. A user-scope entry needs nothing.
+TRUST_STEPS = {
+    "claude-code": "Claude Code asks once to approve project servers: start `claude` here and"
+    " approve 'oryxmem' (or later in /mcp); until then `claude mcp list` says Pending approval",
+    "gemini": "Gemini CLI (with folder trust on) reads a project's settings once you trust the"
+    " folder: start `gemini` here and choose Trust folder (or /permissions)",
+    "codex": "Codex reads .codex/ only in a trusted project: start `codex` here and trust it"
+    ' (it writes trust_level = "trusted" for this folder in ~/.codex/config.toml)',
+}
+
+
+def trust_step(client: str, scope: str) -> str | None:
+    """The one-time step the host needs before it uses a project-scope registration."""
+    return TRUST_STEPS.get(client) if scope == "project" else None
+
+
 # --- hooks --------------------------------------------------------------------------
 
 # event in the host -> oryxmem hook's event

@@ -11,6 +11,7 @@ stderr while it serves, and everything of ours logs to stderr.
 
 from __future__ import annotations
 
+import inspect
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
@@ -65,6 +66,10 @@ def page(lines: list[str], offset: int, tool: str, empty: str, limit: int = RESU
     return "\n".join([*shown, footer])
 
 
+def tool_error(error: OryxError) -> ToolError:
+    return ToolError(f"{error.message} (oryxmem error {error.code})")
+
+
 class MemoryTools:
     """The four tools, for one agent, over a Reach (daemon or stores). Calls may come
     on several threads at once: one at a time goes through the Reach."""
@@ -79,7 +84,7 @@ class MemoryTools:
             with self._lock:
                 return self.reach.call(remote, local)
         except OryxError as error:
-            raise ToolError(f"{error.message} (oryxmem error {error.code})") from None
+            raise tool_error(error) from None
 
     def _tool(self, tool: str, body: dict[str, Any]) -> dict[str, Any]:
         from oryxmem.tools import ToolCall, run_tool  # only without a daemon
@@ -94,6 +99,10 @@ class MemoryTools:
         return f"agent {data['agent']!r}" if data.get("agent") else "the global memory"
 
     def save_memory(self, content: str, scope: str = "archival") -> str:
+        try:
+            self.reach.check_content(content)  # the tool's own argument, before it is sent
+        except OryxError as error:
+            raise tool_error(error) from None
         data = self._tool("save_memory", {"content": content, "scope": scope})
         verb = "Kept for" if data.get("deferred") else "Saved to"
         return f"{verb} {self.where(data)} ({scope}): {data['entry']['line']}"
@@ -133,25 +142,42 @@ class MemoryTools:
         return page(str(data["context"]).splitlines(), offset, "memory_block", "(empty)")
 
 
+def one_paragraph(docstring: str | None) -> str:
+    """A docstring as the model reads it: one paragraph, no source indentation."""
+    return " ".join(inspect.cleandoc(docstring or "").split())
+
+
 def build_server(tools: MemoryTools) -> MCPServer:
     server: MCPServer = MCPServer(
         "oryxmem", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING"
     )
+    Tool = Callable[..., str]
 
-    def reading(title: str) -> Callable[[Callable[..., str]], Callable[..., str]]:
+    def tool(notes: ToolAnnotations) -> Callable[[Tool], Tool]:
+        """A tool described by its docstring; text for the model (no {"result": ...})."""
+
+        def register(function: Tool) -> Tool:
+            described = one_paragraph(function.__doc__)
+            return server.tool(description=described, structured_output=False, annotations=notes)(
+                function
+            )
+
+        return register
+
+    def reading(title: str) -> Callable[[Tool], Tool]:
         """A tool that only reads: read-only, so idempotent and destroying nothing."""
-        notes = ToolAnnotations(
-            title=title,
-            read_only_hint=True,
-            destructive_hint=False,
-            idempotent_hint=True,
-            open_world_hint=False,
+        return tool(
+            ToolAnnotations(
+                title=title,
+                read_only_hint=True,
+                destructive_hint=False,
+                idempotent_hint=True,
+                open_world_hint=False,
+            )
         )
-        return server.tool(structured_output=False, annotations=notes)
 
-    @server.tool(
-        structured_output=False,  # text for the model; no {"result": ...} copy of it
-        annotations=ToolAnnotations(
+    @tool(
+        ToolAnnotations(
             title="Save a memory",
             read_only_hint=False,
             destructive_hint=False,  # it only adds a line

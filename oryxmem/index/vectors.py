@@ -372,11 +372,13 @@ def normalised_top(
     row_ids: npt.NDArray[np.int64], similarity: npt.NDArray[np.float32], pool: int
 ) -> dict[int, tuple[float, float]]:
     """The pool best rows by similarity: (min-max scaled over all of the agent's rows,
-    the cosine itself)."""
+    the cosine itself). Rows all alike (one row, say) are each the best there is: 1."""
     if not len(row_ids):
         return {}
     low, high = float(similarity.min()), float(similarity.max())
-    span = high - low if high > low else 1.0
+    if high <= low:
+        return {int(row_ids[i]): (1.0, high) for i in range(min(pool, len(row_ids)))}
+    span = high - low
     count = min(pool, len(row_ids))
     top = np.argpartition(-similarity, count - 1)[:count]
     return {

@@ -83,11 +83,14 @@ def claude_message(record: dict[str, Any]) -> tuple[str, str] | None:
 
 def read_transcript(path: Path) -> Transcript:
     """The messages of a transcript file. A line that is not JSON or not a message (in
-    a JSONL transcript) is an error naming the line: nothing of the file is taken."""
+    a JSONL transcript) is an error naming the line, wherever it is: nothing of the file
+    is taken. Only a last line with no newline after it yet is left for the next import
+    (a host is writing it)."""
     raw = path.read_bytes()
     if len(raw) > TRANSCRIPT_MAX_BYTES:
         raise InvalidFieldError(f"{path} is larger than {TRANSCRIPT_MAX_BYTES >> 20} MiB")
     lines = raw.decode("utf-8", errors="replace").splitlines()
+    being_written = bool(raw) and not raw.endswith(b"\n")
     records = []
     for number, line in enumerate(lines, 1):
         if not line.strip():
@@ -95,7 +98,7 @@ def read_transcript(path: Path) -> Transcript:
         try:
             records.append((number, json.loads(line)))
         except json.JSONDecodeError:
-            if number == len(lines):  # a last line being written: the next import has it
+            if number == len(lines) and being_written:
                 continue
             raise InvalidFieldError(f"{path}:{number}: not JSON") from None
     if any(is_claude_record(record) for _, record in records[:50]):

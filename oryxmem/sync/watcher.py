@@ -57,6 +57,7 @@ T = TypeVar("T")
 DEBOUNCE_SECONDS = 0.03  # quiet time after an event before reconciling
 MAX_DELAY_SECONDS = 0.3  # a stream of events waits no longer than this
 RETRY_SECONDS = 0.5  # after "git is busy" or a file that kept changing
+UNREADABLE_RETRY_SECONDS = 2.0  # a file oryxmem may not read (its mode), looked at again
 # PRAGMA data_version reads a counter in shared memory: checking it 10 times a second
 # costs little (idle CPU stays well under 1 %), and unlike watching the WAL file it is
 # not woken by our own commits.
@@ -285,7 +286,9 @@ class SyncWatcher:
 
     def _run(self) -> None:
         # Catch up with what changed while we were down: only what is due.
-        self._pass(lambda: self.engine.reconcile_all(only_due=True))
+        for report in self._pass(lambda: self.engine.reconcile_all(only_due=True)):
+            if report.status == "unreadable":
+                self.schedule(report.agent, UNREADABLE_RETRY_SECONDS)
         self.ready.set()
         data_version = self._data_version()
         next_rescan = self._next_rescan()
@@ -326,6 +329,8 @@ class SyncWatcher:
         reports = self._pass(lambda: [self.engine.reconcile_agent(agent)])
         if not reports or reports[0].status == "deferred":
             self.schedule(agent, RETRY_SECONDS)
+        elif reports[0].status == "unreadable":  # a mode fixed makes no event we hear
+            self.schedule(agent, UNREADABLE_RETRY_SECONDS)
         if reports and reports[0].status == "deferred":
             if agent not in self._deferred:  # said once, not at every retry
                 self._deferred.add(agent)
