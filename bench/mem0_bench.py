@@ -3,7 +3,7 @@ hear of each other.
 
 Each workspace runs its daemon, a real process on a real socket:
 
-- save p50 / p99 through the socket (one client, --saves saves) with the markdown
+- save p50 / p99 through the socket (one client, --mem0-saves saves) with the markdown
   backend and with the mem0 backend (embedded: a mem0.Memory with its Qdrant on disk),
   in the same run; the goal is the ratio. A save is answered once it is durable in
   MEMORY.md, and mem0 follows as the rows do;
@@ -13,7 +13,7 @@ Each workspace runs its daemon, a real process on a real socket:
   through a mem0 server (the tests' loopback server over a real mem0.Memory) with
   mem0.poll_seconds = 1.
 
-Run: python -m bench.mem0_bench [--saves 300] [--foreign 20]
+Run: python -m bench.mem0_bench [--mem0-saves 300] [--foreign 20]
 """
 
 from __future__ import annotations
@@ -105,7 +105,7 @@ def foreign_delays(root: Path, count: int) -> list[float]:
 
 
 def options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--saves", type=int, default=300, help="saves timed per backend")
+    parser.add_argument("--mem0-saves", type=int, default=300, help="saves timed per backend")
     parser.add_argument("--foreign", type=int, default=20, help="memories another client adds")
 
 
@@ -116,10 +116,10 @@ def run(args: argparse.Namespace) -> list[Figure]:
         print("mem0 benchmark: oryxmem[mem0] is not installed; skipped")
         return []
     with scratch_workspace("oryxmem-mem0-") as markdown_root:
-        markdown, _ = save_times(markdown_root, args.saves, "markdown")
+        markdown, _ = save_times(markdown_root, args.mem0_saves, "markdown")
     with scratch_workspace("oryxmem-mem0-") as root:
         set_value(root / ".oryxos" / "config.toml", "memory.backend", "mem0")
-        mem0, reach = save_times(root, args.saves, "mem0")
+        mem0, reach = save_times(root, args.mem0_saves, "mem0")
     with scratch_workspace("oryxmem-mem0-") as root:
         delays = foreign_delays(root, args.foreign)
     ratio = statistics.median(mem0) / statistics.median(markdown)

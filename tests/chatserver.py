@@ -27,6 +27,7 @@ GARBAGE = {
 class Chat:
     mode: str = "ok"  # ok | slow | fail | controls | a key of GARBAGE
     requests: list[dict[str, object]] = field(default_factory=list)
+    answered: int = 0  # requests it has finished answering (a slow one: 5 s after)
 
 
 @contextmanager
@@ -43,6 +44,7 @@ def chat_server() -> Iterator[tuple[str, Chat]]:
                 return
             if chat.mode == "slow":
                 time.sleep(5)
+            chat.answered += 1
             if chat.mode == "fail":
                 self.send_response(500)
                 self.end_headers()

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from chatserver import chat_server
 
@@ -116,9 +114,9 @@ def test_a_slow_failing_or_garbage_model_leaves_the_offline_digest_in_time(
     busy_agent(service)
     service.search("a", "the model is loaded before the clock starts")
     chat.mode = mode
-    started = time.monotonic()
     block = service.build_context("a", query=QUESTION)
-    assert time.monotonic() - started < 3  # the timeout is 1 s
+    if mode == "slow":  # it gave up on the model (1 s) before the model answered (5 s)
+        assert chat.answered < len(chat.requests)
     assert "repeats folded" in block and "Model digest" not in block
     asked = len(chat.requests)
     service.build_context("a", query=QUESTION)

@@ -364,7 +364,7 @@ def test_search_over_the_socket_the_client_the_cli_and_the_tool(
     status, reply = running.curl("http://x/api/v1/agents/coder/memory/search?q=beverage&k=1")
     assert status == 200 and reply["code"] == 0
     [hit] = reply["data"]["hits"]
-    assert hit["content"] == MEMORY[0] and hit["arms"] == ["semantic"] and 0 < hit["score"] <= 2
+    assert hit["content"] == MEMORY[0] and hit["arms"] == ["semantic"] and 0 < hit["score"] <= 1
     assert reply["data"]["mode"] == "hybrid"
     status, reply = running.curl("http://x/api/v1/agents/coder/memory/search?q=tea&mode=keyword")
     arms = {h["content"]: h["arms"] for h in reply["data"]["hits"]}
