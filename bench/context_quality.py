@@ -23,6 +23,7 @@ from bench.recall_quality import write_memory
 from oryxmem.config import Config
 from oryxmem.prompt import RELEVANT_SHARE, archival_for_query
 from oryxmem.service import MemoryService
+from oryxmem.service.prompting import RELEVANT_POOL
 from oryxmem.store.format import ARCHIVAL, CANONICAL_HEADINGS, render_entry_line
 from oryxmem.workspace import Workspace
 
@@ -56,7 +57,7 @@ def evaluate(data: Path) -> tuple[dict[float, float], float, list[float]]:
                 lines = block.split(CANONICAL_HEADINGS[ARCHIVAL] + "\n", 1)[1].splitlines()
                 found = {line_of.get(line) for line in lines}
                 in_block.append(1.0 if question.evidence & found else 0.0)
-                ranked = service.relevant_entries(ref, question.text)
+                ranked = service.finding.relevant_entries(ref.agent, question.text, RELEVANT_POOL)
                 for share in SHARES:
                     part = archival_for_query(archival, ranked if share else [], limit, share)
                     shown = {dia.get(e.content) for e in part.relevant + part.newest}

@@ -42,7 +42,7 @@ def load_sessions(
             }
             for turn in turns
         ]
-        session, _ = service.sessions.import_messages(
+        session, _ = service.sessions.store.import_messages(
             conversation.sample_id, f"locomo:{conversation.sample_id}:{number}", messages
         )
         made = rounds(messages)

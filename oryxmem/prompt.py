@@ -23,13 +23,15 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from oryxmem.digest import Digest, FoldsView, digest, repeat_key
 from oryxmem.errors import OryxError
 from oryxmem.fileio import open_regular
-from oryxmem.index.episodes import EpisodeHit
 from oryxmem.store.format import ARCHIVAL, CANONICAL_HEADINGS, CORE, Entry
+
+if TYPE_CHECKING:  # the block without a query is built without the episode index (numpy)
+    from oryxmem.index.episodes import EpisodeHit
 
 # The share of the archival budget the relevant entries may take with a query; what
 # they leave goes to the newest. Chosen on the LoCoMo dev set (bench/context_quality.py).

@@ -16,6 +16,8 @@ from oryxmem.store.base import StoreLimits
 from oryxmem.store.db import connect
 from oryxmem.store.schema import migrations
 
+sqlite_utils = pytest.importorskip("sqlite_utils")
+
 pytestmark = pytest.mark.skipif(shutil.which("sqlite3") is None, reason="needs the sqlite3 shell")
 
 
@@ -34,9 +36,10 @@ def store_for(db_path: Path, agent: str = "coder") -> SqliteMemoryStore:
 
 
 def test_every_documented_table_exists(tmp_path: Path) -> None:
-    db = connect(tmp_path / "oryxos.db")
-    with db.conn:
-        catch_up(db, KeywordIndex())  # the FTS index is the keyword index's, made on first use
+    opened = connect(tmp_path / "oryxos.db")
+    with opened.conn:
+        catch_up(opened, KeywordIndex())  # the FTS index is the keyword index's, made on first use
+    db = sqlite_utils.Database(opened.conn)  # to ask about tables and columns
     tables = set(db.table_names())
     for name in [
         "memory_entries",
@@ -70,9 +73,9 @@ def test_migrations_apply_once_and_reopening_changes_nothing(tmp_path: Path) -> 
     path = tmp_path / "oryxos.db"
     connect(path).close()
     schema = shell(path, ".schema")
-    db = connect(path)
-    assert migrations.pending(db) == []
-    assert [m.name for m in migrations.applied(db)] == [
+    db = sqlite_utils.Database(connect(path).conn)
+    assert migrations().pending(db) == []
+    assert [m.name for m in migrations().applied(db)] == [
         "create_memory_entries",
         "create_sessions",
         "add_quarantine_and_change_cursor",

@@ -144,7 +144,7 @@ def test_importing_jsonl_and_claude_code_transcripts_twice_adds_nothing(
     report = service.import_sessions([plain, project], "a")
     assert [r["added"] for r in report] == [2, 2]
     assert [r["kind"] for r in report] == ["jsonl", "claude-code"]
-    claude = service.sessions.messages(report[1]["session"])
+    claude = service.sessions.store.messages(report[1]["session"])
     assert [m["content"] for m in claude] == ["fix the flaky login test", "retried the fixture"]
     assert claude[0]["at"].startswith("2026-10-01")
     assert [r["added"] for r in service.import_sessions([plain, project], "a")] == [0, 0]

@@ -11,7 +11,17 @@ PACKAGE = Path(__file__).resolve().parents[1] / "oryxmem"
 
 # From the ground up. A module may import its own floor and the floors below it.
 FLOORS: list[tuple[str, ...]] = [
-    ("__init__", "errors", "clock", "registry", "fileio", "config", "workspace", "schemas"),
+    (
+        "__init__",
+        "errors",
+        "clock",
+        "registry",
+        "fileio",
+        "config",
+        "workspace",
+        "schemas",
+        "launch",
+    ),
     ("embed",),
     ("store",),
     ("index",),

@@ -185,7 +185,7 @@ def test_timestamps_follow_memory_timezone(
 def test_a_large_file_in_sync_is_recalled_from_its_rows_and_a_changed_one_from_itself(
     workspace: Workspace,
 ) -> None:
-    from oryxmem.service import ROWS_ANSWER_FROM_BYTES
+    from oryxmem.service.finding import ROWS_ANSWER_FROM_BYTES
     from oryxmem.store.format import render_entry_line
 
     set_value(workspace.config_path, "memory.recall", "keyword")  # its strategy, tested here
@@ -199,15 +199,15 @@ def test_a_large_file_in_sync_is_recalled_from_its_rows_and_a_changed_one_from_i
     syncing.close()
 
     cli = MemoryService(workspace, Config.load(workspace.config_path))  # no database open
-    from_rows = cli._recall_from_rows("big", "step 59")
+    from_rows = cli.finding._recall_from_rows("big", "step 59")
     assert from_rows is not None  # in sync: the rows answered
     assert [e.render() for e in from_rows] == cli.recall("big", "step 59").lines
     assert cli.recall("big", "STEP 5999 of ärger").lines == [lines[5999]]
-    assert cli._db is None  # and sqlite-utils never opened it
+    assert not cli.shared.db_is_open  # and nothing opened it
 
     with open(path, "a", encoding="utf-8") as handle:  # changed since the last sync
         handle.write(render_entry_line("2026-11-30 10:00:01", "step 5900 typed later") + "\n")
-    assert cli._recall_from_rows("big", "step 59") is None
+    assert cli.finding._recall_from_rows("big", "step 59") is None
     assert cli.recall("big", "typed later").lines[0].endswith("step 5900 typed later")
     cli.close()
 
@@ -216,9 +216,9 @@ def test_a_small_file_is_recalled_from_itself(service: MemoryService, workspace:
     set_value(workspace.config_path, "memory.recall", "keyword")  # its strategy, tested here
     service.save("coder", "small and quick")
     cli = MemoryService(workspace, Config.load(workspace.config_path))  # a new CLI process
-    assert cli._recall_from_rows("coder", "quick") is None
+    assert cli.finding._recall_from_rows("coder", "quick") is None
     assert cli.recall("coder", "quick").lines[0].endswith("small and quick")
-    assert cli._db is None
+    assert not cli.shared.db_is_open
     cli.close()
 
 

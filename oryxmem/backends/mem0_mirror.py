@@ -37,7 +37,7 @@ from oryxmem.store.format import SCOPES, Entry
 from oryxmem.store.rows import ENTRY_COLUMNS, entry_from_row
 
 if TYPE_CHECKING:
-    from sqlite_utils import Database
+    from oryxmem.store.db import Database
 
 log = logging.getLogger("oryxmem.mem0")
 # An agent's memories all gone from mem0 at once, more than this many: a wiped (or made

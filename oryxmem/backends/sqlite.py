@@ -18,7 +18,7 @@ from oryxmem.store.format import ARCHIVAL, CORE, Entry, EntryIds, EntryText, arc
 from oryxmem.store.rows import ENTRY_COLUMNS, entry_from_row, ids_of_repeats, insert_rows
 
 if TYPE_CHECKING:
-    from sqlite_utils import Database
+    from oryxmem.store.db import Database
 
 
 class SqliteMemoryStore(LongTermMemoryStore):

@@ -53,7 +53,8 @@ from oryxmem.payloads import (
     search_data,
 )
 from oryxmem.schemas import MAX_RESULTS, tool_schemas
-from oryxmem.service import RECALL_MIN_SIMILARITY, MemoryService, SaveRequest
+from oryxmem.service import MemoryService, SaveRequest
+from oryxmem.service.finding import RECALL_MIN_SIMILARITY
 from oryxmem.store.format import ARCHIVAL, has_lone_surrogate
 from oryxmem.store.rows import sync_summary
 from oryxmem.tools import RecallArgs, ToolCall, save_request, text_field

@@ -28,7 +28,7 @@ from oryxmem.registry import INDEXES
 from oryxmem.store.db import Executes, select_in
 
 if TYPE_CHECKING:
-    from sqlite_utils import Database
+    from oryxmem.store.db import Database
 
 
 @dataclass(frozen=True)

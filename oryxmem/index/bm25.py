@@ -23,7 +23,7 @@ from oryxmem.store.db import Executes, insert_values, select_in
 from oryxmem.store.format import ARCHIVAL
 
 if TYPE_CHECKING:
-    from sqlite_utils import Database
+    from oryxmem.store.db import Database
 
 CONTEXT_ENTRIES = 2  # how many entries before an entry are its context
 CONTEXT_SECONDS = 1800  # written no longer than this before it

@@ -35,7 +35,8 @@ from oryxmem.store.db import Executes, database_file, insert_values, write_trans
 
 if TYPE_CHECKING:
     import numpy.typing as npt
-    from sqlite_utils import Database
+
+    from oryxmem.store.db import Database
 
 VERSION = 4  # 2: the round before as a context column; 3: a vector per message; 4: updated_at
 RECENT_SECONDS = 2  # a session changed this lately is checked by its messages' count too

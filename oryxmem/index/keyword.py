@@ -18,7 +18,7 @@ from oryxmem.store.format import ARCHIVAL, CORE, Entry
 from oryxmem.store.rows import ENTRY_COLUMNS, entry_from_row
 
 if TYPE_CHECKING:
-    from sqlite_utils import Database
+    from oryxmem.store.db import Database
 
 _TRIGRAM = 3  # the shortest text the trigram index finds (shorter ones: a scan)
 

@@ -40,7 +40,8 @@ from oryxmem.store.db import Executes, database_file, insert_values, select_in
 
 if TYPE_CHECKING:
     import numpy.typing as npt
-    from sqlite_utils import Database
+
+    from oryxmem.store.db import Database
 
 # Forgotten rows are remembered this many steps: a reader further behind reads all again.
 GONE_KEPT_STEPS = 2000

@@ -22,8 +22,7 @@ from oryxmem.store.format import (
 from oryxmem.workspace import Workspace
 
 if TYPE_CHECKING:
-    from sqlite_utils import Database
-
+    from oryxmem.store.db import Database
     from oryxmem.store.markdown import MarkdownFiles
 
 

@@ -1,8 +1,9 @@
 """The SQLite database ``.oryxos/oryxos.db``: opening it, and write transactions.
 
-sqlite-utils is imported only when the database is opened for writing (it takes
-about 75 ms to import): a CLI call that only reads, or never needs the
-database, does not pay for it. The schema is in schema.py.
+An open database is the sqlite3 connection in a small ``Database``: the statements
+oryxmem runs need nothing more. sqlite-utils applies the schema's migrations
+(schema.py), and is imported only when one is pending: it imports numpy, and a
+command that saves one line should not wait for that.
 """
 
 from __future__ import annotations
@@ -15,12 +16,41 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from oryxmem.errors import StorageError
 
-if TYPE_CHECKING:
-    from sqlite_utils import Database
+
+class Database:
+    """An open database: its connection, and ``execute`` as sqlite-utils spells it."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+        self._savepoints = 0
+
+    def execute(self, sql: str, parameters: Any = None) -> sqlite3.Cursor:
+        if parameters is None:
+            return self.conn.execute(sql)
+        return self.conn.execute(sql, parameters)
+
+    @contextmanager
+    def atomic(self) -> Iterator[Database]:
+        """A savepoint inside the transaction already open: all of it, or none."""
+        self._savepoints += 1
+        name = f"oryxmem_{self._savepoints}"
+        self.conn.execute(f"SAVEPOINT {name}")
+        try:
+            yield self
+        except BaseException:
+            self.conn.execute(f"ROLLBACK TO {name}")
+            self.conn.execute(f"RELEASE {name}")
+            raise
+        finally:
+            self._savepoints -= 1
+        self.conn.execute(f"RELEASE {name}")
+
+    def close(self) -> None:
+        self.conn.close()
 
 
 class Executes(Protocol):
@@ -34,9 +64,7 @@ BUSY_TIMEOUT_MS = 10_000
 
 def connect(path: Path) -> Database:
     """Open (creating if needed) and migrate the database, WAL and synchronous=FULL."""
-    from sqlite_utils import Database
-
-    from oryxmem.store.schema import migrations
+    from oryxmem.store.schema import is_current
 
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -44,17 +72,30 @@ def connect(path: Path) -> Database:
         conn = sqlite3.connect(
             str(path), isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000
         )
-        db = Database(conn, recursive_triggers=False)
+        db = Database(conn)
         db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         _use_wal(db)
         db.execute("PRAGMA synchronous = FULL")
         db.execute("PRAGMA foreign_keys = ON")
-        if migrations.pending(db):
-            with write_transaction(db):
-                migrations.apply(db)
+        db.execute("PRAGMA recursive_triggers = OFF")
+        if not is_current(conn):
+            migrate(conn)
     except (sqlite3.Error, OSError) as error:
         raise StorageError(f"could not open the database {path}: {error}") from error
     return db
+
+
+def migrate(conn: sqlite3.Connection) -> None:
+    """Apply the schema's pending migrations with sqlite-utils, in one write transaction."""
+    import sqlite_utils
+
+    from oryxmem.store.schema import migrations
+
+    steps = migrations()
+    db = sqlite_utils.Database(conn, recursive_triggers=False)
+    with write_transaction(db):
+        if steps.pending(db):  # asked again under the write lock: another may have won
+            steps.apply(db)
 
 
 def keep_private(path: Path) -> None:
@@ -73,7 +114,7 @@ def keep_private(path: Path) -> None:
             os.chmod(name, 0o600)
 
 
-def _use_wal(db: Database) -> None:
+def _use_wal(db: Executes) -> None:
     """Switch to WAL once. The switch needs a moment alone with a new database file,
     and SQLite does not wait for that with busy_timeout: retry within it instead."""
     deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
@@ -136,8 +177,19 @@ def is_locked(error: BaseException) -> bool:
     return isinstance(error, sqlite3.OperationalError) and "locked" in str(error)
 
 
+class Transacts(Protocol):
+    """A database a write transaction can be opened on: ours, or sqlite-utils' own."""
+
+    conn: sqlite3.Connection
+
+    def atomic(self) -> contextlib.AbstractContextManager[Any]: ...
+
+
+D = TypeVar("D", bound=Transacts)
+
+
 @contextmanager
-def write_transaction(db: Database) -> Iterator[Database]:
+def write_transaction(db: D) -> Iterator[D]:
     """BEGIN IMMEDIATE ... COMMIT: the write lock is taken up front, never mid-way."""
     if db.conn.in_transaction:
         with db.atomic():

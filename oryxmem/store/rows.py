@@ -24,7 +24,7 @@ from oryxmem.store.markdown import Append
 from oryxmem.workspace import agent_name_problem
 
 if TYPE_CHECKING:
-    from sqlite_utils import Database
+    from oryxmem.store.db import Database
 
 # (row id, the entry id it had when both sides last agreed, scope, ts, content)
 RowTuple = tuple[int, str | None, str, str | None, str]

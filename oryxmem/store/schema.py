@@ -4,16 +4,55 @@ Table names and the documented columns of ``memory_entries`` (agent, scope,
 ts, content) are a contract: other programs write them with plain SQL. The
 triggers below log every such write in ``memory_changes`` so the sync engine
 sees writes made by other processes. A migration, once released, never changes.
+
+sqlite-utils (which imports numpy, about 100 ms) is imported only to apply them:
+whether any is pending is read from its own table with sqlite3 (``is_current``).
 """
 
 from __future__ import annotations
 
-from sqlite_utils import Database, Migrations
+import sqlite3
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-migrations = Migrations("oryxmem")
+if TYPE_CHECKING:
+    from sqlite_utils import Database, Migrations
+
+SET_NAME = "oryxmem"  # the migration set, as sqlite-utils records it
+MIGRATIONS: list[Callable[[Database], None]] = []
 
 
-@migrations()
+def migration(step: Callable[[Database], None]) -> Callable[[Database], None]:
+    """One step of the schema, applied once, in the order of this file."""
+    MIGRATIONS.append(step)
+    return step
+
+
+def migrations() -> Migrations:
+    """The steps as sqlite-utils' migration set."""
+    from sqlite_utils import Migrations
+
+    steps = Migrations(SET_NAME)
+    for step in MIGRATIONS:
+        steps()(step)
+    return steps
+
+
+def is_current(conn: sqlite3.Connection) -> bool:
+    """Has every step been applied? (What sqlite-utils' ``pending`` asks, read directly.)"""
+    try:
+        applied = {
+            row[0]
+            for row in conn.execute(
+                "SELECT name FROM _sqlite_migrations WHERE migration_set = ?", [SET_NAME]
+            )
+        }
+    except sqlite3.OperationalError:  # no such table: a new database
+        return False
+    return applied >= {step.__name__ for step in MIGRATIONS}
+
+
+@migration
 def create_memory_entries(db: Database) -> None:
     db.execute(
         """
@@ -128,7 +167,7 @@ def create_memory_entries(db: Database) -> None:
     )
 
 
-@migrations()
+@migration
 def create_sessions(db: Database) -> None:
     db.table("sessions").create(
         {
@@ -160,7 +199,7 @@ def create_sessions(db: Database) -> None:
     )
 
 
-@migrations()
+@migration
 def add_quarantine_and_change_cursor(db: Database) -> None:
     # Rows another program wrote that break the rules: kept here, never dropped.
     db.execute(
@@ -186,7 +225,7 @@ def add_quarantine_and_change_cursor(db: Database) -> None:
     )
 
 
-@migrations()
+@migration
 def agreed_ids_in_their_own_table(db: Database) -> None:
     # One row per agreed entry id: a save adds one row instead of rewriting a list
     # that holds every id of the file. sync_state.entry_ids is no longer used.
@@ -201,7 +240,7 @@ def agreed_ids_in_their_own_table(db: Database) -> None:
     db.execute("UPDATE sync_state SET entry_ids = '[]'")
 
 
-@migrations()
+@migration
 def derived_indexes_fed_from_the_change_log(db: Database) -> None:
     # Everything that answers a search is now a derived index (oryxmem/index/), fed from
     # memory_changes through its own cursor in index_state; the triggers only log.
@@ -237,7 +276,7 @@ def derived_indexes_fed_from_the_change_log(db: Database) -> None:
     db.execute("ALTER TABLE sync_state ADD COLUMN notes TEXT NOT NULL DEFAULT '[]'")
 
 
-@migrations()
+@migration
 def sessions_remember_where_they_were_imported_from(db: Database) -> None:
     # An imported session names its transcript (claude-code:<id>, jsonl:<path>): importing
     # it again adds only the messages it gained since.
@@ -245,7 +284,7 @@ def sessions_remember_where_they_were_imported_from(db: Database) -> None:
     db.execute("CREATE UNIQUE INDEX sessions_source ON sessions(source) WHERE source IS NOT NULL")
 
 
-@migrations()
+@migration
 def history_says_when_an_entry_was_written_into_the_file(db: Database) -> None:
     # written_ns: when oryxmem wrote the entry into MEMORY.md (a save, or a put-back), in
     # epoch nanoseconds; written_after_others: that write went onto a file someone else had

@@ -17,7 +17,7 @@ from oryxmem.errors import (
 from oryxmem.store.db import write_transaction
 
 if TYPE_CHECKING:
-    from sqlite_utils import Database
+    from oryxmem.store.db import Database
 
 ROLES = ("user", "assistant", "system", "tool")
 

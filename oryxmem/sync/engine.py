@@ -29,7 +29,7 @@ from oryxmem.sync.reconcile import Plan, number_rows, reconcile
 from oryxmem.workspace import GLOBAL_AGENT, Workspace, agent_name_problem, check_agent_name
 
 if TYPE_CHECKING:
-    from sqlite_utils import Database
+    from oryxmem.store.db import Database
 
 log = logging.getLogger("oryxmem.sync")
 

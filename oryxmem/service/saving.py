@@ -1,0 +1,291 @@
+"""The save path: the one way an entry is written, whichever surface it comes from.
+
+A save is checked and stamped (``prepare_batch``), written to MEMORY.md as one durable
+append (``write_batch``: that is when it is acknowledged), then mirrored into the rows
+of ``memory_entries`` (``finish_batch`` queues it, ``mirror_saves`` commits what is
+queued in one transaction), whose change log feeds the derived indexes. The daemon's
+group commit is this same path with its steps spread over threads: prepare, finish and
+mirror on the memory thread, the write on a writer thread per agent.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from oryxmem.errors import (
+    EmptyContentError,
+    MemoryFileConflictedError,
+    OryxError,
+    log_failure,
+)
+from oryxmem.service.results import SaveResult
+from oryxmem.service.shared import Shared
+from oryxmem.store import rows
+from oryxmem.store.db import brief_wait, is_locked, write_transaction
+from oryxmem.store.format import ARCHIVAL, Entry
+from oryxmem.store.markdown import Append, MarkdownMemoryStore
+from oryxmem.workspace import AgentRef
+
+log = logging.getLogger("oryxmem")
+FLUSH_WAIT_MS = 100  # what mirroring the saves before a new one waits for another's lock
+
+
+def fold_whitespace(text: str) -> str:
+    return " ".join(text.split())
+
+
+def cut(text: str, max_chars: int) -> str:
+    return text if len(text) <= max_chars else text[: max_chars - 1] + "…"
+
+
+def footprint_line(user_message: str, reply: str, max_chars: int) -> str:
+    """The compact archival line that records one trigger."""
+    user = cut(fold_whitespace(user_message), max_chars)
+    answer = cut(fold_whitespace(reply), max_chars)
+    if not user and not answer:
+        raise EmptyContentError("a trigger needs a user message or a reply")
+    return f'trigger: user="{user}" reply="{answer}"'
+
+
+@dataclass(frozen=True)
+class SaveRequest:
+    """One save as it arrives: what to write, where, and who asked (for the history)."""
+
+    content: str
+    scope: str = ARCHIVAL
+    source: str = "api"
+
+    @classmethod
+    def footprint(
+        cls, user_message: str, reply: str, max_chars: int, source: str = "api"
+    ) -> SaveRequest:
+        """The automatic footprint of one trigger, as an archival save."""
+        return cls(footprint_line(user_message, reply, max_chars), ARCHIVAL, source)
+
+
+Outcome = SaveResult | BaseException
+
+
+@dataclass
+class SaveBatch:
+    """One agent's saves, written to MEMORY.md as one durable append."""
+
+    ref: AgentRef
+    requests: Sequence[SaveRequest]
+    outcomes: list[Outcome | None]
+    store: MarkdownMemoryStore | None = None
+    prepared: list[tuple[int, Entry]] = field(default_factory=list)  # (request, entry)
+    written: Append | None = None
+    error: BaseException | None = None  # why the write failed
+
+    def outcome(self, index: int) -> Outcome:
+        result = self.outcomes[index]
+        assert result is not None, "the batch has not been written"
+        return result
+
+
+@dataclass
+class _Unmirrored:
+    """Consecutive appends to one agent's file whose entries are not yet in the rows."""
+
+    appends: list[Append]
+    source: str
+    since: float  # monotonic time of the first
+
+
+class Saving:
+    def __init__(self, shared: Shared, indexes_take_a_step: Callable[[], object]) -> None:
+        """``indexes_take_a_step``: the indexes that follow saves take in a batch of the
+        rows (in the mirror's transaction, when it is asked to)."""
+        self.shared = shared
+        self._indexes_take_a_step = indexes_take_a_step
+        self._unmirrored: dict[str, _Unmirrored] = {}
+        self._told_locked = False  # said once per spell that another program holds the lock
+        self.batches = 0
+        self.saves = 0
+        self.mirrors = 0
+
+    def save_one(self, ref: AgentRef, request: SaveRequest) -> SaveResult:
+        outcome = self.save_batch(ref, [request]).outcome(0)
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+    def save_batch(
+        self, ref: AgentRef, requests: Sequence[SaveRequest], *, indexes_follow: bool = True
+    ) -> SaveBatch:
+        """Every step of a save, in this thread: one append for all of them, then the rows
+        (and, with ``indexes_follow``, a batch of the indexes that follow saves)."""
+        batch = self.prepare_batch(ref, requests)
+        self.write_batch(batch)
+        self.finish_batch(batch)
+        self.mirror_saves(indexes_follow=indexes_follow)
+        return batch
+
+    def being_written(self, ref: AgentRef) -> bool:
+        """Is another program at work on this agent's MEMORY.md (an editor writing it
+        again in place)? A save to it now would wait until it is done."""
+        try:
+            self.shared.check_folder(ref)
+            return self.shared.files.get(ref.agent).being_written_by_others()
+        except (OryxError, OSError):
+            return False  # the save itself says what is wrong
+
+    def prepare_batch(self, ref: AgentRef, requests: Sequence[SaveRequest]) -> SaveBatch:
+        """Check and stamp each save; those refused get their error as their outcome."""
+        batch = SaveBatch(ref, requests, [None] * len(requests))
+        try:
+            self.shared.check_folder(ref)
+            batch.store = self.shared.files.get(ref.agent)
+        except OryxError as error:
+            batch.outcomes = [error] * len(requests)
+            return batch
+        if batch.store.being_written_by_others():  # this write will wait for quiet:
+            self.mirror_saves()  # what was saved before is in the rows first, whatever comes
+        for index, request in enumerate(requests):
+            try:
+                batch.prepared.append((index, batch.store.prepare(request.content, request.scope)))
+            except OryxError as error:
+                batch.outcomes[index] = error
+        return batch
+
+    @staticmethod
+    def write_batch(batch: SaveBatch) -> None:
+        """The durable append of a prepared batch. Touches only this agent's file, so the
+        batches of different agents may be written side by side on other threads."""
+        if not batch.prepared or batch.store is None:
+            return
+        try:
+            batch.written = batch.store.append_many([e for _, e in batch.prepared])
+        except Exception as error:  # finish_batch decides what the callers are told
+            batch.error = error
+            return
+        for (index, _), entry in zip(batch.prepared, batch.written.entries, strict=True):
+            batch.outcomes[index] = SaveResult(batch.ref, entry)
+
+    def finish_batch(self, batch: SaveBatch) -> None:
+        """After the write: queue the mirror, or keep saves the file refused (git conflict
+        markers) in the database, or give every caller the error."""
+        if batch.written is not None:
+            self.batches += 1
+            self.saves += len(batch.written.entries)
+            self._queue_mirror(batch.ref.agent, batch.written, batch.requests[0].source)
+        elif isinstance(batch.error, MemoryFileConflictedError):
+            for index, entry in batch.prepared:
+                batch.outcomes[index] = self._save_while_conflicted(
+                    batch.ref, entry, batch.requests[index].source, batch.error
+                )
+        elif batch.error is not None:
+            agent = batch.ref.agent or "(global)"
+            if not isinstance(batch.error, OryxError) or batch.error.http_status >= 500:
+                log_failure(log, f"saving to {agent} failed", batch.error)
+            for index, _ in batch.prepared:
+                batch.outcomes[index] = batch.error
+
+    def _save_while_conflicted(
+        self, ref: AgentRef, entry: Entry, source: str, error: MemoryFileConflictedError
+    ) -> Outcome:
+        """Keep a save that MEMORY.md cannot take (a git conflict) in SQLite until it can."""
+        self.mirror_saves()
+        db = self.shared.db
+        try:
+            with write_transaction(db):
+                rows.insert_waiting_row(db, ref.agent, entry, source)
+        except Exception as failure:  # neither side took it: the caller must hear so
+            log_failure(log, f"keeping a save for {ref.describe()} failed", failure)
+            return failure
+        lines = ", ".join(map(str, error.data.get("conflict_lines", [])))
+        reason = (
+            f"MEMORY.md has git conflict markers (lines {lines}); the entry is kept in the"
+            " database and written to the file once they are resolved"
+        )
+        log.warning("%s: %s", ref.describe(), reason)
+        return SaveResult(ref, entry, deferred=reason)
+
+    def _queue_mirror(self, agent: str, append: Append, source: str) -> None:
+        pending = self._unmirrored.get(agent)
+        if pending is not None and (
+            pending.appends[-1].after != append.before or pending.source != source
+        ):
+            # Not a continuation of what is pending: mirror that first, waiting no longer
+            # than the memory thread's own mirror would for another program's lock (a save
+            # is answered already; the rows may wait, never the next answer).
+            with brief_wait(self.shared.db, FLUSH_WAIT_MS):
+                self.mirror_saves()
+            pending = self._unmirrored.get(agent)  # still there: the database was locked
+        if pending is None:
+            self._unmirrored[agent] = _Unmirrored([append], source, time.monotonic())
+        else:
+            pending.appends.append(append)
+
+    @property
+    def unmirrored_since(self) -> float | None:
+        """When the oldest save not yet in the rows was written (monotonic), if any."""
+        return min((p.since for p in self._unmirrored.values()), default=None)
+
+    def mirror_saves(self, *, indexes_follow: bool = False) -> list[str]:
+        """Every save written but not yet in the rows goes in, in one transaction (with
+        ``indexes_follow``, the indexes that follow saves take a batch in it too). Returns
+        the agents whose rows still lag their file (someone else wrote too): reconcile
+        them soon. A failure here loses nothing (the files have every save) and is
+        logged; sync catches up."""
+        if not self._unmirrored:
+            return []
+        pending, self._unmirrored = self._unmirrored, {}
+        lagging = list(pending)
+        db = self.shared.db
+        try:
+            with write_transaction(db):
+                for agent, saves in pending.items():
+                    path = str(self.shared.workspace.memory_path(agent))
+                    if rows.mirror_appends(db, agent, path, saves.appends, saves.source):
+                        lagging.remove(agent)
+                    for repair in self.shared.files.get(agent).take_repairs():
+                        log.warning("%s", repair)
+                        rows.record_history(db, agent, "repair", "file", None, repair)
+                if indexes_follow:  # the rows of these saves, or a step of a rebuild
+                    self._indexes_take_a_step()
+            for agent in pending:  # committed: the log of answered saves may let go
+                self.shared.files.get(agent).rows_have_answered()
+        except Exception as error:  # the file has them; sync mirrors them. The acks stand.
+            if is_locked(error):  # another program holds the database: try again soon
+                self._unmirrored = {**pending, **self._unmirrored}
+                if not self._told_locked:
+                    log.warning("the database is locked by another program; the rows wait")
+                self._told_locked = True
+                return []
+            log_failure(log, "mirroring saves failed; sync will catch up", error)
+        self.mirrors += 1
+        self._told_locked = False
+        return lagging
+
+    def recover_answered(self) -> int:
+        """Saves answered before a crash whose rows never came (store/answered.py): into
+        the rows now, with their history, so reconcile puts back into MEMORY.md what an
+        old copy of the file written meanwhile took out. Returns how many were missing."""
+        db = self.shared.db
+        missing_total = 0
+        for agent in ["", *self.shared.workspace.agent_names()]:
+            store = self.shared.files.get(agent)
+            with store.lock.hold():
+                noted = store.answered.entries()
+                if not noted:
+                    continue
+                with write_transaction(db):
+                    missing = rows.entries_not_in_rows(db, agent, noted)
+                    rows.record_history_rows(
+                        db, [rows.history_row(agent, "add", "recovered", e) for e in missing]
+                    )
+                    rows.insert_rows(db, agent, missing, "recovered")
+                store.answered.forget()
+            if missing:
+                log.warning(
+                    "%s: %d answered saves were not in the rows after a stop; taken in",
+                    agent or "(global)",
+                    len(missing),
+                )
+            missing_total += len(missing)
+        return missing_total

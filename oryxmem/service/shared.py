@@ -1,0 +1,128 @@
+"""What every room of the service shares: the workspace and its configuration, each
+file's store, the database (opened on first use), the configured backend, and which
+agent a call is for. Nothing here reads or writes an entry; the rooms do."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from oryxmem.clock import clock_for
+from oryxmem.config import Config
+from oryxmem.errors import UnsafeAgentNameError
+from oryxmem.registry import BACKENDS
+from oryxmem.store.base import LongTermMemoryStore, StoreLimits, StoreResources
+from oryxmem.store.db import Database, connect
+from oryxmem.store.markdown import MarkdownFiles
+from oryxmem.workspace import (
+    GLOBAL_AGENT,
+    AgentRef,
+    Workspace,
+    agent_folder_problem,
+    resolve_agent,
+)
+
+if TYPE_CHECKING:
+    from oryxmem.sync.engine import SyncEngine
+
+log = logging.getLogger("oryxmem")
+
+
+class Shared:
+    def __init__(
+        self,
+        workspace: Workspace,
+        config: Config,
+        *,
+        db: Database | None = None,
+        files: MarkdownFiles | None = None,
+    ) -> None:
+        """``files`` lets services in one process (the daemon's threads) share each file's
+        store, so a write by one leaves the others' parsed copy current."""
+        self.workspace = workspace
+        self.config = config
+        self.clock = clock_for(lambda: config.timezone)
+        self.limits = StoreLimits.of(config)
+        self._db = db
+        self._owns_files = files is None  # shared stores are closed by their owner
+        self.files = files or MarkdownFiles(workspace, clock=self.clock, limits=self.limits)
+        self._backend: type[LongTermMemoryStore] | None = None
+        self._readers: dict[str, LongTermMemoryStore] = {}
+        # Does a call bring the derived indexes up to the rows itself (and embed a few
+        # batches)? Alone, yes; in the daemon its threads do that, and readers only read.
+        self.index_upkeep = True
+
+    @property
+    def db(self) -> Database:
+        """The workspace database, opened (and migrated) on first use."""
+        if self._db is None:
+            self._db = connect(self.workspace.db_path)
+        return self._db
+
+    @property
+    def db_is_open(self) -> bool:
+        return self._db is not None
+
+    def close(self) -> None:
+        if self._owns_files:
+            self.files.close()
+        self._readers.clear()
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+    # --- agents ---------------------------------------------------------------
+
+    @property
+    def backend(self) -> type[LongTermMemoryStore]:
+        """The configured backend's store class, imported on first use; a backend that
+        cannot be loaded is a clear error for every call, saves included."""
+        if self._backend is None:
+            self._backend = BACKENDS.load(self.config.backend)
+        return self._backend
+
+    def resolve(self, agent: str | None) -> AgentRef:
+        """The agent a call is for. Every call that reaches an agent's memory comes here
+        first, so a backend that cannot be loaded refuses them all alike."""
+        _ = self.backend
+        ref = resolve_agent(self.workspace, agent)
+        if ref.fell_back:  # the caller is told in its reply; this is the log line
+            log.info("%s; using the global memory file", ref.fallback_reason)
+        return ref
+
+    def check_folder(self, ref: AgentRef) -> None:
+        """Refuse an agent whose folder or MEMORY.md is a symbolic link (or not a folder).
+
+        Its name was checked already where the request arrived; this is the half that
+        asks the filesystem, run here so the event loop makes no system call for it."""
+        if ref.agent == GLOBAL_AGENT:
+            return
+        problem = agent_folder_problem(self.workspace, ref.agent)
+        if problem:
+            raise UnsafeAgentNameError(f"unsafe agent name {ref.agent!r}: {problem}")
+
+    def reader(self, ref: AgentRef) -> LongTermMemoryStore:
+        """The configured backend's store for this agent: what answers reads."""
+        store = self._readers.get(ref.agent)
+        if store is None:
+            resources = StoreResources(
+                self.workspace,
+                self.config,
+                self.files,
+                lambda: self.db,
+                self.clock,
+                self.limits,
+            )
+            store = self._readers[ref.agent] = self.backend.for_agent(ref.agent, resources)
+        return store
+
+    @property
+    def recall_ranks(self) -> bool:
+        """Does recall answer by meaning and words, best first (memory.recall = hybrid),
+        rather than every entry holding the keyword, oldest first?"""
+        return bool(self.config.get("memory.recall") == "hybrid")
+
+    def sync_engine(self) -> SyncEngine:
+        from oryxmem.sync.engine import SyncEngine  # on first use: most calls never sync
+
+        return SyncEngine(self.workspace, self.db, self.files, self.config)

@@ -1,0 +1,151 @@
+"""Index upkeep: the derived indexes kept up to the rows (oryxmem/index/).
+
+The indexes that follow saves (keyword, BM25) take in a batch of the change log in
+the mirror's own transaction; the slow ones (the vectors) embed a batch with no lock
+held, then take it in with a short write (``embed_step``); the episodes of past
+sessions are taken in session by session (``episodes_step``). A reindex has every index
+take the rows in again. None of this is on the path that acknowledges a save.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from oryxmem.index import (
+    DerivedIndex,
+    catch_up,
+    forget_others,
+    is_caught_up,
+    load_indexes,
+    pending,
+    read_index_state,
+    rebuild,
+    upcoming,
+)
+from oryxmem.index.episodes import EpisodeIndex
+from oryxmem.index.vectors import VectorIndex
+from oryxmem.service.shared import Shared
+from oryxmem.store.db import write_transaction
+
+
+class Upkeep:
+    def __init__(self, shared: Shared) -> None:
+        self.shared = shared
+        self._indexes: dict[str, DerivedIndex] | None = None
+        self._episodes: EpisodeIndex | None = None
+
+    @property
+    def indexes(self) -> dict[str, DerivedIndex]:
+        if self._indexes is None:
+            self._indexes = load_indexes(self.shared.config)
+        return self._indexes
+
+    def following_saves(self) -> list[DerivedIndex]:
+        return [index for index in self.indexes.values() if index.follows_saves]
+
+    def _catch_up(self, indexes: Sequence[DerivedIndex], max_steps: int | None = None) -> int:
+        return sum(catch_up(self.shared.db, index, max_steps) for index in indexes)
+
+    def take_a_step(self) -> int:
+        """One batch of each index that follows saves, in the caller's transaction."""
+        return self._catch_up(self.following_saves(), max_steps=1)
+
+    def catch_up_indexes(self, max_steps: int | None = None) -> int:
+        """Bring the indexes that follow saves up to the rows (at most max_steps batches
+        each). Returns the rows taken in; 0 when all were current."""
+        db = self.shared.db
+        behind = [index for index in self.following_saves() if not is_caught_up(db, index)]
+        if not behind:
+            return 0
+        with write_transaction(db):
+            forget_others(db, list(self.indexes))
+            return self._catch_up(behind, max_steps)
+
+    def embed_step(self) -> int:
+        """One step of each slow index (the vectors): the rows of the next batch are
+        prepared (embedded) outside any transaction, then taken in with a short write.
+        Returns the rows taken in; 0 when all were current."""
+        db = self.shared.db
+        taken = 0
+        for index in self.indexes.values():
+            if index.follows_saves or is_caught_up(db, index):
+                continue
+            state = read_index_state(db, index)
+            if state is None or state.identity != index.identity():
+                with write_transaction(db):  # made (again), empty: quick
+                    catch_up(db, index, max_steps=0)
+            index.prepare(upcoming(db, index))  # the slow part: no lock held
+            with write_transaction(db):
+                taken += catch_up(db, index, max_steps=1)
+        return taken
+
+    def vector_index(self) -> VectorIndex | None:
+        index = self.indexes.get("vectors")
+        return index if isinstance(index, VectorIndex) else None
+
+    def start_reindex(self, agent: str | None) -> dict[str, Any]:
+        """Have every index take the rows in again (one agent's, or all): the fast ones at
+        once, the vectors by embed_step (the daemon's indexer thread, or reindex())."""
+        db = self.shared.db
+        with write_transaction(db):
+            if agent is None:
+                for index in self.indexes.values():
+                    rebuild(db, index)
+            else:  # a change of each of its rows: every index takes them in again
+                db.execute(
+                    "INSERT INTO memory_changes(op, row_id, agent)"
+                    " SELECT 'reindex', id, agent FROM memory_entries WHERE agent = ?",
+                    [agent],
+                )
+        self.catch_up_indexes()
+        self.episodes.drop(db)  # made again from the sessions: by episodes_step
+        where, args = ("", []) if agent is None else (" WHERE agent = ?", [agent])
+        total = db.execute(f"SELECT count(*) FROM memory_entries{where}", args).fetchone()
+        return {"agent": agent, "entries": int(total[0]), "indexes": self.index_summary()}
+
+    def finish_reindex(self, total: int, progress: Callable[[int, int], None] | None) -> int:
+        """The vectors and the episodes in this thread, after start_reindex; progress(done,
+        total) after each step. Returns how many rows the slow indexes took in."""
+        done = 0
+        while step := self.embed_step():
+            done = min(done + step, total)
+            if progress is not None:
+                progress(done, total)
+        while self.episodes_step():
+            pass
+        return done
+
+    def index_summary(self) -> dict[str, Any]:
+        """How far each index is behind the rows; the vectors' model too."""
+        db = self.shared.db
+        summary: dict[str, Any] = {}
+        for name, index in self.indexes.items():
+            summary[name] = {"pending": pending(db, index)}
+            if isinstance(index, VectorIndex):
+                summary[name]["model"] = index.embedder.model_id
+        summary["episodes"] = {"pending": self.episodes.pending(db)}
+        return summary
+
+    # --- episodes ---------------------------------------------------------------
+
+    @property
+    def episodes(self) -> EpisodeIndex:
+        """The rounds of past sessions (index/episodes.py), embedded by the memories'
+        embedder when there is one."""
+        if self._episodes is None:
+            vectors = self.vector_index()
+            if vectors is None:
+                self._episodes = EpisodeIndex(None, None)
+            else:
+                embedder = vectors.embedder
+                self._episodes = EpisodeIndex(
+                    lambda texts: embedder.embed(list(texts), "passage"),
+                    embedder.query_vector,
+                    embedder.model_id,
+                )
+        return self._episodes
+
+    def episodes_step(self) -> int:
+        """Take in the sessions whose messages changed since (one batch); 0: all current."""
+        return self.episodes.catch_up(self.shared.db)
