@@ -6,7 +6,7 @@ machine's disk come with their ratio to a floor measured in the same run: one
 fsync'd atomic replace of a small file, and one SQLite commit (WAL, FULL).
 
 Run: python -m bench [--runs 3] [--quick]
-                    [--only store,sync,socket,search,recall,agents,context,episodes,digest,mem0]
+                    [--only store,sync,socket,search,recall,agents,cold,context,episodes,digest,mem0]
                     [--json | --markdown]
 """
 
@@ -20,6 +20,7 @@ import time
 
 from bench import (
     agents_bench,
+    cold_bench,
     context_quality,
     digest_bench,
     episodes_quality,
@@ -39,6 +40,7 @@ BENCHMARKS = {
     "search": search_bench,
     "recall": recall_quality,
     "agents": agents_bench,
+    "cold": cold_bench,
     "context": context_quality,
     "episodes": episodes_quality,
     "digest": digest_bench,

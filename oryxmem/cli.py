@@ -19,7 +19,7 @@ import click
 
 from oryxmem import __version__
 from oryxmem import config as config_module
-from oryxmem.agents.install import HOOK_CLIENTS, MCP_CLIENTS
+from oryxmem.agents.hosts import HOOK_CLIENTS, MCP_CLIENTS
 from oryxmem.config import Config
 from oryxmem.errors import DaemonUnavailableError, OryxError
 from oryxmem.payloads import (
@@ -184,6 +184,7 @@ def recall(ctx: Context, agent: str | None, keyword: str, as_json: bool) -> None
     data = ctx.call(
         lambda client: client.recall(agent, keyword),
         lambda service: recall_data(service.recall(agent, keyword)),
+        needs_model=True,
     )
     if as_json:
         emit_json(data)
@@ -220,6 +221,7 @@ def search(
     data = ctx.call(
         lambda client: client.search(agent, query, limit, mode),
         lambda service: search_data(service.search(agent, query, limit=limit, mode=mode)),
+        needs_model=mode != "keyword",
     )
     if as_json:
         emit_json(data)
@@ -319,6 +321,7 @@ def context(ctx: Context, agent: str | None, query: str | None, as_json: bool) -
     data = ctx.call(
         lambda client: client.context(agent, query=query),
         lambda service: context_data(service, agent, query=query),
+        needs_model=bool(query and query.strip()),
     )
     if as_json:
         emit_json(data)
@@ -358,6 +361,7 @@ def prompt(
     data = ctx.call(
         lambda client: client.prompt(agent, session, turns, query),
         lambda service: prompt_data(service, agent, session, turns, query),
+        needs_model=bool(query and query.strip()),
     )
     if as_json:
         emit_json(data)
@@ -392,6 +396,7 @@ def episodes_search(
         lambda service: episodes_data(
             service.resolve(agent), service.search_episodes(agent, query, limit, exclude)
         ),
+        needs_model=True,
     )
     if as_json:
         emit_json(data)
@@ -463,8 +468,16 @@ def agents(ctx: Context, as_json: bool) -> None:
 
 
 @cli.command()
+@click.option(
+    "--idle-exit",
+    "idle_exit",
+    type=click.IntRange(0),
+    default=0,
+    metavar="SECONDS",
+    help="Stop after this long without a request (0: never; a background start sets it).",
+)
 @pass_context
-def daemon(ctx: Context) -> None:
+def daemon(ctx: Context, idle_exit: int) -> None:
     """Run the daemon in the foreground: sync, and the memory API on the socket."""
     from oryxmem.daemon.server import Daemon
 
@@ -472,7 +485,8 @@ def daemon(ctx: Context) -> None:
     for handler in logging.getLogger("oryxmem").handlers:
         handler.setFormatter(logging.Formatter("oryxmem: %(message)s"))
     workspace = open_workspace(ctx.root)
-    raise SystemExit(Daemon(workspace, Config.load(workspace.config_path)).run())
+    config = Config.load(workspace.config_path)
+    raise SystemExit(Daemon(workspace, config, idle_exit).run())
 
 
 @cli.command("install-systemd")

@@ -224,6 +224,22 @@ SETTINGS: tuple[Setting, ...] = (
         restart=True,
     ),
     Setting(
+        "daemon.autostart",
+        True,
+        bool,
+        "a command that needs the embedding model (recall, search, a block for a query, the"
+        " hooks, the MCP server) starts a daemon in the background when none runs, and uses"
+        " it from the next call on (off when $CI is set or ORYXMEM_AUTOSTART=0)",
+    ),
+    Setting(
+        "daemon.autostart_idle_minutes",
+        60,
+        int,
+        "a daemon that was started in the background stops after this many minutes without"
+        " a request (0: never); one you start yourself runs until stopped",
+        _not_negative,
+    ),
+    Setting(
         "daemon.client_timeout_seconds",
         10,
         int,
@@ -274,6 +290,8 @@ def default_config_text() -> str:
 
 
 def _check_value(item: Setting, value: Any) -> Any:
+    if item.kind is bool and not isinstance(value, bool):
+        raise InvalidConfigError(f"{item.key} must be true or false, not {value!r}")
     if item.kind is int and (isinstance(value, bool) or not isinstance(value, int)):
         raise InvalidConfigError(f"{item.key} must be a whole number, not {value!r}")
     if item.kind is str and not isinstance(value, str):
@@ -287,9 +305,15 @@ def _check_value(item: Setting, value: Any) -> Any:
 def parse_value(key: str, text: str) -> Any:
     """A value typed on a command line, converted to the key's type."""
     item = setting(key)
-    if item.kind is int:
+    if item.kind is bool:
+        words = {"true": True, "on": True, "yes": True, "1": True}
+        words |= {"false": False, "off": False, "no": False, "0": False}
+        if text.strip().lower() not in words:
+            raise InvalidConfigError(f"{key} must be true or false, not {text!r}")
+        value: Any = words[text.strip().lower()]
+    elif item.kind is int:
         try:
-            value: Any = int(text)
+            value = int(text)
         except ValueError:
             raise InvalidConfigError(f"{key} must be a whole number, not {text!r}") from None
     else:

@@ -3,7 +3,9 @@ directly (the same locks, so the two can run side by side). The CLI, the MCP ser
 and the hooks all reach it this way.
 
 A call the daemon answers imports neither the stores nor SQLite: the service is
-opened only when a call has to go without the daemon.
+opened only when a call has to go without the daemon. A call that needs the embedding
+model and finds no daemon answers by itself, and starts one in the background for the
+calls that follow (launch.py, ``daemon.autostart``).
 """
 
 from __future__ import annotations
@@ -79,8 +81,15 @@ class Reach:
         except DaemonUnavailableError:
             return None
 
-    def call(self, remote: Callable[[Client], T], local: Callable[[MemoryService], T]) -> T:
-        """Ask the daemon when it runs; use the stores directly (same locks) when not."""
+    def call(
+        self,
+        remote: Callable[[Client], T],
+        local: Callable[[MemoryService], T],
+        *,
+        needs_model: bool = False,
+    ) -> T:
+        """Ask the daemon when it runs; use the stores directly (same locks) when not, and
+        then, for a call that ``needs_model``, start a daemon for the next ones."""
         client = self.client()
         if client is not None:
             try:
@@ -88,7 +97,23 @@ class Reach:
             except DaemonUnavailableError:
                 client.close()
                 self._client = None  # a stale socket: the daemon is gone
+        if needs_model and self.start_daemon():
+            self.service.shared.embeds_in_search = False  # the daemon will embed them
         return local(self.service)
+
+    def start_daemon(self) -> bool:
+        """Start the workspace's daemon in the background if ``daemon.autostart`` wants it
+        and no daemon answers; True when one was started (it is not waited for)."""
+        from oryxmem.launch import autostart_wanted, start_daemon_in_background
+
+        workspace = open_workspace(self.root)
+        config = Config.load(workspace.config_path)
+        if not autostart_wanted(config) or self.daemon_health() is not None:
+            return False
+        started = start_daemon_in_background(workspace, config)
+        if started:
+            self.recheck = True  # a long-lived caller finds it once it serves
+        return started
 
     def close(self) -> None:
         if self._client is not None:

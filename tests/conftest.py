@@ -31,6 +31,8 @@ def isolated_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
     root = tmp_path / "ws"
     root.mkdir()
     monkeypatch.setenv("ORYXMEM_ROOT", str(root))
+    # No test starts a daemon behind its back; the tests of that turn it on themselves.
+    monkeypatch.setenv("ORYXMEM_AUTOSTART", "0")
     # Unix socket paths are limited to 108 bytes: keep them short, outside tmp_path.
     with tempfile.TemporaryDirectory(prefix="oxm-", dir="/tmp") as short:
         monkeypatch.setenv("ORYXMEM_SOCKET", os.path.join(short, "s.sock"))

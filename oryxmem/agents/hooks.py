@@ -9,10 +9,10 @@ The host (Claude Code, Codex, Gemini CLI) runs the hook with its JSON on stdin:
 
 Context goes out as the hosts' common JSON, ``{"hookSpecificOutput": {"hookEventName":
 ..., "additionalContext": ...}}``. A hook never breaks or slows the agent: it always
-exits 0, prints nothing when it has nothing to say (no daemon, input it does not
-understand, any error), never a traceback, and gives up after DEADLINE s. Only the
-stop hook works without the daemon: a footprint is saved through the files directly
-(the same locks), so no turn goes unrecorded.
+exits 0, prints nothing when it has nothing to say (an empty memory, nothing relevant,
+input it does not understand, any error), never a traceback, and gives up after
+DEADLINE s. With no daemon a hook answers from the files directly (the same locks) and
+starts one in the background (launch.py), through which the next hooks go.
 """
 
 from __future__ import annotations
@@ -24,9 +24,12 @@ import signal
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from oryxmem.reach import Reach
+
+if TYPE_CHECKING:
+    from oryxmem.service import MemoryService
 from oryxmem.store.transcripts import claude_message
 from oryxmem.workspace import open_workspace, resolve_agent
 
@@ -67,10 +70,15 @@ class Hook:
         return json.dumps({"hookSpecificOutput": output}, ensure_ascii=False)
 
     def session_start(self, payload: dict[str, Any], reach: Reach) -> str | None:
-        client = reach.client()
-        if client is None:
-            return None  # the files alone may take long to read (a large one is parsed)
-        block = str(client.context(self.agent)["context"])
+        def local(service: MemoryService) -> dict[str, Any]:
+            from oryxmem.payloads import context_data
+
+            return context_data(service, self.agent)
+
+        # Without a daemon the block is read from the files, and one is started: the
+        # prompt hooks of this session will search through it.
+        data = reach.call(lambda client: client.context(self.agent), local, needs_model=True)
+        block = str(data["context"])
         if not any(line.startswith("- ") for line in block.splitlines()):
             return None  # an empty memory: two bare headings would say nothing
         return self.answer(f"Long-term memory (oryxmem):\n{block}")
@@ -80,10 +88,22 @@ class Hook:
         if not isinstance(prompt, str) or not prompt.strip():
             return None
         remember_prompt(self.root, payload, prompt)
-        client = reach.client()
-        if client is None:
-            return None  # searching without the daemon would load the model: too slow here
-        hits = client.search(self.agent, prompt[:2000], PROMPT_HITS, relevant=True)["hits"]
+        question = prompt[:2000]
+
+        def local(service: MemoryService) -> dict[str, Any]:
+            from oryxmem.payloads import search_data
+            from oryxmem.service.finding import RECALL_MIN_SIMILARITY
+
+            found = service.search(
+                self.agent, question, limit=PROMPT_HITS, min_similarity=RECALL_MIN_SIMILARITY
+            )
+            return search_data(found)
+
+        hits = reach.call(
+            lambda client: client.search(self.agent, question, PROMPT_HITS, relevant=True),
+            local,
+            needs_model=True,
+        )["hits"]
         lines: list[str] = []
         size = 0
         for hit in hits:

@@ -25,8 +25,6 @@ from oryxmem.errors import HostConfigError
 from oryxmem.launch import oryxmem_command
 
 NAME = "oryxmem"
-MCP_CLIENTS = ("claude-code", "codex", "gemini", "cursor", "vscode")
-HOOK_CLIENTS = ("claude-code", "codex", "gemini")
 SCOPES = ("project", "user")
 HOOK_SECONDS = 10  # what the host waits at most; a hook gives up well before (hooks.py)
 

@@ -11,6 +11,7 @@ stderr while it serves, and everything of ours logs to stderr.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import threading
 from collections.abc import Callable
@@ -79,10 +80,15 @@ class MemoryTools:
         self.agent = agent
         self._lock = threading.Lock()
 
-    def _call(self, remote: Callable[[Client], T], local: Callable[[MemoryService], T]) -> T:
+    def _call(
+        self,
+        remote: Callable[[Client], T],
+        local: Callable[[MemoryService], T],
+        needs_model: bool = True,
+    ) -> T:
         try:
             with self._lock:
-                return self.reach.call(remote, local)
+                return self.reach.call(remote, local, needs_model=needs_model)
         except OryxError as error:
             raise tool_error(error) from None
 
@@ -93,7 +99,11 @@ class MemoryTools:
             send = client.save_memory_tool if tool == "save_memory" else client.recall_memory_tool
             return send(body, self.agent)
 
-        return self._call(remote, lambda s: run_tool(s, ToolCall.of(tool, body, self.agent), "mcp"))
+        return self._call(
+            remote,
+            lambda s: run_tool(s, ToolCall.of(tool, body, self.agent), "mcp"),
+            needs_model=tool != "save_memory",
+        )
 
     def where(self, data: dict[str, Any]) -> str:
         return f"agent {data['agent']!r}" if data.get("agent") else "the global memory"
@@ -241,9 +251,12 @@ def build_server(tools: MemoryTools) -> MCPServer:
 
 
 def serve(root: str | None, agent: str | None) -> None:
-    """Serve until stdin closes."""
+    """Serve until stdin closes. With no daemon, one is started in the background at once
+    (daemon.autostart): the calls go through it as soon as it serves."""
     reach = Reach(root, timeout=30.0, recheck=True)
     try:
+        with contextlib.suppress(OryxError, OSError):  # each call says what is wrong
+            reach.start_daemon()
         build_server(MemoryTools(reach, agent)).run("stdio")
     finally:
         reach.close()

@@ -44,10 +44,14 @@ DRAIN_SECONDS = 10.0
 
 
 class Daemon:
-    def __init__(self, workspace: Workspace, config: Config) -> None:
+    def __init__(self, workspace: Workspace, config: Config, idle_exit_seconds: int = 0) -> None:
+        """``idle_exit_seconds``: stop after this long without a request (0: never), as a
+        daemon a command started in the background does."""
         self.workspace = workspace
         self.config = config
+        self.idle_exit_seconds = idle_exit_seconds
         self.started = time.time()
+        self.last_request = time.monotonic()
         self.socket_path: Path | None = None
         self._lock_fd: int | None = None
         self.watcher: SyncWatcher | None = None
@@ -151,6 +155,7 @@ class Daemon:
         assert self.worker is not None and self.watcher is not None and self.readers is not None
         client_timeout = float(self.config.get("daemon.client_timeout_seconds"))
         app = api.make_app(self.worker, self.readers, self.health, client_timeout)
+        app.on_response_prepare.append(self._answered)
         runner = web.AppRunner(
             app,
             handle_signals=False,
@@ -178,12 +183,29 @@ class Daemon:
         notify(f"READY=1\nSTATUS=serving on {self.socket_path}\nMAINPID={os.getpid()}")
         pinger = asyncio.create_task(self._watchdog(stop))
         follower = asyncio.create_task(self._follow_config(stop))
+        idler = asyncio.create_task(self._stop_when_idle(stop))
         await stop.wait()
         log.info("stopping: finishing requests in flight")
         notify("STOPPING=1")
         pinger.cancel()
         follower.cancel()
+        idler.cancel()
         await runner.cleanup()
+
+    async def _answered(self, request: web.Request, response: web.StreamResponse) -> None:
+        self.last_request = time.monotonic()
+
+    async def _stop_when_idle(self, stop: asyncio.Event) -> None:
+        """A daemon started in the background goes once nobody has asked it anything for
+        idle_exit_seconds; saves it took are written before it goes, as at SIGTERM."""
+        if self.idle_exit_seconds <= 0:
+            return
+        while not stop.is_set():
+            await asyncio.sleep(min(10.0, self.idle_exit_seconds / 4))
+            idle = time.monotonic() - self.last_request
+            if idle >= self.idle_exit_seconds:
+                log.info("no request for %.0f s: stopping (started in the background)", idle)
+                stop.set()
 
     async def _follow_config(self, stop: asyncio.Event) -> None:
         """config.toml read again within a second of a change (reload.py)."""

@@ -83,7 +83,7 @@ class Finding:
         assert isinstance(bm25, BM25Index)
         note = None
         try:
-            if vectors is not None and shared.index_upkeep:
+            if vectors is not None and shared.index_upkeep and shared.embeds_in_search:
                 for _ in range(SEARCH_EMBED_STEPS):
                     if not upkeep.embed_step():
                         break

@@ -108,8 +108,10 @@ class Saving:
         self.saves = 0
         self.mirrors = 0
 
-    def save_one(self, ref: AgentRef, request: SaveRequest) -> SaveResult:
-        outcome = self.save_batch(ref, [request]).outcome(0)
+    def save_one(
+        self, ref: AgentRef, request: SaveRequest, *, indexes_follow: bool = True
+    ) -> SaveResult:
+        outcome = self.save_batch(ref, [request], indexes_follow=indexes_follow).outcome(0)
         if isinstance(outcome, BaseException):
             raise outcome
         return outcome

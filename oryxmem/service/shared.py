@@ -48,9 +48,13 @@ class Shared:
         self.files = files or MarkdownFiles(workspace, clock=self.clock, limits=self.limits)
         self._backend: type[LongTermMemoryStore] | None = None
         self._readers: dict[str, LongTermMemoryStore] = {}
-        # Does a call bring the derived indexes up to the rows itself (and embed a few
-        # batches)? Alone, yes; in the daemon its threads do that, and readers only read.
+        # Does a call bring the derived indexes up to the rows itself? Alone, yes; in the
+        # daemon its threads do that, and readers only read.
         self.index_upkeep = True
+        # Does a search, alone, embed a few batches of the rows not embedded yet before it
+        # answers? Not when a daemon was just started to do that: it answers by words for
+        # those, and says how many they are.
+        self.embeds_in_search = True
 
     @property
     def db(self) -> Database:
