@@ -6,7 +6,8 @@ machine's disk come with their ratio to a floor measured in the same run: one
 fsync'd atomic replace of a small file, and one SQLite commit (WAL, FULL).
 
 Run: python -m bench [--runs 3] [--quick]
-                    [--only store,sync,socket,search,recall,agents,cold,context,episodes,digest,mem0]
+                    [--only store,sync,socket,search,recall,agents,cold,context,episodes,
+                            digest,mem0]
                     [--json | --markdown]
 """
 
