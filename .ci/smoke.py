@@ -158,8 +158,8 @@ def main() -> None:
 
         run("config", "set", "memory.backend", "mem0", env=env)
         for command in (["daemon"], ["show", "--agent", "coder"], ["save", "x"]):
-            said = run(*command, env=env, code=1).strip().splitlines()
-            assert len(said) == 1 and "pip install 'oryxmem[mem0]'" in said[0], said
+            lines = run(*command, env=env, code=1).strip().splitlines()
+            assert len(lines) == 1 and "pip install 'oryxmem[mem0]'" in lines[0], lines
         say("memory.backend = mem0 without the extra: one line, exit 1")
     say("passed")
 
