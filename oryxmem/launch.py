@@ -38,9 +38,9 @@ def oryxmem_command(*args: str) -> list[str]:
 
 def autostart_wanted(config: Config) -> bool:
     """``ORYXMEM_AUTOSTART`` (1 or 0) decides; else not in CI ($CI set); else the config."""
-    chosen = os.environ.get("ORYXMEM_AUTOSTART")
-    if chosen is not None:
-        return chosen.strip().lower() in ("1", "true", "on", "yes")
+    chosen = os.environ.get("ORYXMEM_AUTOSTART", "").strip().lower()
+    if chosen:
+        return chosen in ("1", "true", "on", "yes")
     if os.environ.get("CI"):
         return False
     return bool(config.get("daemon.autostart"))
