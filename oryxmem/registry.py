@@ -85,6 +85,10 @@ INDEXES = Registry(
     },
 )
 
+# The indexes that do not take a save's rows in with the save (the daemon's indexer, or a
+# search alone, fills them): a save loads only the others, never the model or numpy.
+SLOW_INDEXES = frozenset({"vectors"})
+
 # What turns text into vectors for the semantic arm (recall.embedder; 'none' turns it off).
 EMBEDDERS = Registry(
     "embedder",

@@ -249,7 +249,7 @@ def test_a_hook_outside_any_workspace_or_with_a_dead_daemon_exits_0_quickly(
     assert outside.returncode == 0 and outside.stdout == "" and "Traceback" not in outside.stderr
     run_cli("save", "--agent", "coder", "Deploys go through staging.")
     alone = hook("session-start", base("SessionStart", source="startup"), "--agent", "coder")
-    assert alone.returncode == 0 and alone.stdout == ""  # no daemon: nothing said
+    assert alone.returncode == 0 and "Deploys go through staging." in context_of(alone)[1]
     with daemon(workspace, tmp_path / "d.log") as running:
         running.proc.send_signal(19)  # SIGSTOP: the socket is there, nobody answers
         try:
@@ -258,7 +258,10 @@ def test_a_hook_outside_any_workspace_or_with_a_dead_daemon_exits_0_quickly(
             took = time.monotonic() - started
         finally:
             running.proc.send_signal(18)  # SIGCONT
-    assert done.returncode == 0 and done.stdout == "" and took < 6
+    # It gives up on the daemon and answers from the files, or says nothing when its
+    # deadline comes first; either way at once enough, and never a traceback.
+    assert done.returncode == 0 and took < 6 and "Traceback" not in done.stderr
+    assert done.stdout == "" or "staging" in context_of(done)[1]
 
 
 # --- install ------------------------------------------------------------------------

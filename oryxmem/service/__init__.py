@@ -185,17 +185,10 @@ class MemoryService:
         return self.save_one(self.resolve(agent), request)
 
     def save_one(self, ref: AgentRef, request: SaveRequest) -> SaveResult:
-        return self.saving.save_one(ref, request, indexes_follow=self._indexes_loaded)
+        return self.saving.save_one(ref, request)
 
     def save_batch(self, ref: AgentRef, requests: Sequence[SaveRequest]) -> SaveBatch:
-        return self.saving.save_batch(ref, requests, indexes_follow=self._indexes_loaded)
-
-    @property
-    def _indexes_loaded(self) -> bool:
-        """Has this process its indexes at hand (a long-lived caller that searched)? Then
-        the ones that follow saves take a save's rows in at once; otherwise at their next
-        use, as a search brings them up to the rows first. A one-shot save loads none."""
-        return "upkeep" in self.__dict__
+        return self.saving.save_batch(ref, requests)
 
     def being_written(self, ref: AgentRef) -> bool:
         return self.saving.being_written(ref)

@@ -108,23 +108,19 @@ class Saving:
         self.saves = 0
         self.mirrors = 0
 
-    def save_one(
-        self, ref: AgentRef, request: SaveRequest, *, indexes_follow: bool = True
-    ) -> SaveResult:
-        outcome = self.save_batch(ref, [request], indexes_follow=indexes_follow).outcome(0)
+    def save_one(self, ref: AgentRef, request: SaveRequest) -> SaveResult:
+        outcome = self.save_batch(ref, [request]).outcome(0)
         if isinstance(outcome, BaseException):
             raise outcome
         return outcome
 
-    def save_batch(
-        self, ref: AgentRef, requests: Sequence[SaveRequest], *, indexes_follow: bool = True
-    ) -> SaveBatch:
+    def save_batch(self, ref: AgentRef, requests: Sequence[SaveRequest]) -> SaveBatch:
         """Every step of a save, in this thread: one append for all of them, then the rows
-        (and, with ``indexes_follow``, a batch of the indexes that follow saves)."""
+        and a batch of the indexes that follow saves."""
         batch = self.prepare_batch(ref, requests)
         self.write_batch(batch)
         self.finish_batch(batch)
-        self.mirror_saves(indexes_follow=indexes_follow)
+        self.mirror_saves(indexes_follow=True)
         return batch
 
     def being_written(self, ref: AgentRef) -> bool:

@@ -10,7 +10,7 @@ take the rows in again. None of this is on the path that acknowledges a save.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from oryxmem.index import (
     DerivedIndex,
@@ -23,26 +23,42 @@ from oryxmem.index import (
     rebuild,
     upcoming,
 )
-from oryxmem.index.episodes import EpisodeIndex
-from oryxmem.index.vectors import VectorIndex
+from oryxmem.registry import INDEXES, SLOW_INDEXES
 from oryxmem.service.shared import Shared
 from oryxmem.store.db import write_transaction
+
+if TYPE_CHECKING:
+    from oryxmem.index.episodes import EpisodeIndex
+    from oryxmem.index.vectors import VectorIndex
 
 
 class Upkeep:
     def __init__(self, shared: Shared) -> None:
         self.shared = shared
-        self._indexes: dict[str, DerivedIndex] | None = None
+        self._loaded: dict[str, DerivedIndex] = {}  # by name, each made once
+        self._all = False
         self._episodes: EpisodeIndex | None = None
 
     @property
     def indexes(self) -> dict[str, DerivedIndex]:
-        if self._indexes is None:
-            self._indexes = load_indexes(self.shared.config)
-        return self._indexes
+        """Every registered index the settings use, in the registry's order."""
+        if not self._all:
+            self._load([name for name in INDEXES.names() if name not in self._loaded])
+            self._all = True
+        return {name: self._loaded[name] for name in INDEXES.names() if name in self._loaded}
+
+    def _load(self, names: Sequence[str]) -> None:
+        self._loaded.update(load_indexes(self.shared.config, names))
 
     def following_saves(self) -> list[DerivedIndex]:
-        return [index for index in self.indexes.values() if index.follows_saves]
+        """The indexes that take a save's rows in with it; a save alone loads only these."""
+        if not self._all:
+            fast = [n for n in INDEXES.names() if n not in SLOW_INDEXES and n not in self._loaded]
+            self._load(fast)
+            chosen = [self._loaded[n] for n in INDEXES.names() if n in self._loaded]
+        else:
+            chosen = list(self.indexes.values())
+        return [index for index in chosen if index.follows_saves]
 
     def _catch_up(self, indexes: Sequence[DerivedIndex], max_steps: int | None = None) -> int:
         return sum(catch_up(self.shared.db, index, max_steps) for index in indexes)
@@ -81,6 +97,8 @@ class Upkeep:
         return taken
 
     def vector_index(self) -> VectorIndex | None:
+        from oryxmem.index.vectors import VectorIndex  # numpy: only where vectors are asked for
+
         index = self.indexes.get("vectors")
         return index if isinstance(index, VectorIndex) else None
 
@@ -120,10 +138,11 @@ class Upkeep:
         """How far each index is behind the rows; the vectors' model too."""
         db = self.shared.db
         summary: dict[str, Any] = {}
+        vectors = self.vector_index()
         for name, index in self.indexes.items():
             summary[name] = {"pending": pending(db, index)}
-            if isinstance(index, VectorIndex):
-                summary[name]["model"] = index.embedder.model_id
+            if index is vectors:
+                summary[name]["model"] = vectors.embedder.model_id
         summary["episodes"] = {"pending": self.episodes.pending(db)}
         return summary
 
@@ -134,6 +153,8 @@ class Upkeep:
         """The rounds of past sessions (index/episodes.py), embedded by the memories'
         embedder when there is one."""
         if self._episodes is None:
+            from oryxmem.index.episodes import EpisodeIndex
+
             vectors = self.vector_index()
             if vectors is None:
                 self._episodes = EpisodeIndex(None, None)
