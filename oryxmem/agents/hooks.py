@@ -91,13 +91,14 @@ class Hook:
         question = prompt[:2000]
 
         def local(service: MemoryService) -> dict[str, Any]:
+            """No daemon: by words only. Loading the model would take longer than a hook
+            may (and a signal cannot cut it short); the daemon started now has it for
+            the next prompt."""
             from oryxmem.payloads import search_data
-            from oryxmem.service.finding import RECALL_MIN_SIMILARITY
 
-            found = service.search(
-                self.agent, question, limit=PROMPT_HITS, min_similarity=RECALL_MIN_SIMILARITY
+            return search_data(
+                service.search(self.agent, question, limit=PROMPT_HITS, mode="keyword")
             )
-            return search_data(found)
 
         hits = reach.call(
             lambda client: client.search(self.agent, question, PROMPT_HITS, relevant=True),
