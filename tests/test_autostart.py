@@ -93,23 +93,13 @@ def test_the_hooks_answer_with_no_daemon_and_leave_one_for_the_next(
 ) -> None:
     run_cli("save", "--agent", "coder", "--scope", "core", "Project uses Python 3.11.")
     run_cli("save", "--agent", "coder", "The staging server is called bluejay.")
-    start = run_cli(
-        "hook",
-        "session-start",
-        "--agent",
-        "coder",
-        stdin=json.dumps({"session_id": "s1", "hook_event_name": "SessionStart"}),
-        env=ON,
-    )
+
+    def hook(event: str, payload: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        return run_cli("hook", event, "--agent", "coder", stdin=json.dumps(payload), env=ON)
+
+    start = hook("session-start", {"session_id": "s1", "hook_event_name": "SessionStart"})
     assert start.returncode == 0 and "Project uses Python 3.11." in start.stdout, start.stderr
-    prompt = run_cli(
-        "hook",
-        "prompt",
-        "--agent",
-        "coder",
-        stdin=json.dumps({"session_id": "s1", "prompt": "deploy it to staging"}),
-        env=ON,
-    )
+    prompt = hook("prompt", {"session_id": "s1", "prompt": "deploy it to staging"})
     assert prompt.returncode == 0 and "bluejay" in prompt.stdout, prompt.stderr
     wait_until(lambda: daemon_pid() is not None, timeout=60, step=0.2)
 
