@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import subprocess
 import time
 from collections.abc import Iterator
 
@@ -102,3 +103,39 @@ def test_only_the_echo_of_our_own_write_is_ignored(workspace: Workspace) -> None
     assert not watcher.is_own_write("coder")
     assert not watcher.is_own_write("other")  # never wrote that one
     watcher.stop()
+
+
+def test_another_program_holding_the_database_is_one_line_not_a_traceback(
+    workspace: Workspace, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The passes wait for the lock and say so once; the file is taken in once it is free."""
+    watcher = SyncWatcher(workspace, rescan_seconds=0.3)
+    watcher.start()
+    holder = None
+    try:
+        assert watcher.ready.wait(30)
+        watcher.db.execute("PRAGMA busy_timeout = 100")  # give up quickly, to retry sooner
+        holder = subprocess.Popen(
+            ["sqlite3", str(workspace.db_path)], stdin=subprocess.PIPE, text=True
+        )
+        assert holder.stdin is not None
+        holder.stdin.write("BEGIN EXCLUSIVE;\nSELECT 1;\n")
+        holder.stdin.flush()
+        path = workspace.memory_path("coder")
+        path.parent.mkdir(parents=True)
+        with caplog.at_level("INFO", logger="oryxmem"):
+            wait_until(lambda: watcher.last_error is not None, timeout=30)
+            path.write_text(f"## 归档记忆\n- [{TS}] written while the database is held\n")
+            time.sleep(1)  # several passes find the lock
+            holder.stdin.write("COMMIT;\n.quit\n")
+            holder.stdin.flush()
+            holder.wait(timeout=30)
+            wait_until(lambda: disagreements(workspace) == [], timeout=30)
+        said = [r.getMessage() for r in caplog.records]
+        assert not any("failed" in line for line in said), said
+        assert sum("sync waits: database is locked" in line for line in said) >= 1
+        assert not any(r.exc_info for r in caplog.records)
+    finally:
+        if holder is not None and holder.poll() is None:
+            holder.kill()
+        watcher.stop()

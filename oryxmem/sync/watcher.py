@@ -46,7 +46,7 @@ from oryxmem.errors import log_failure
 from oryxmem.fileio import file_stat
 from oryxmem.store import rows
 from oryxmem.store.base import StoreLimits
-from oryxmem.store.db import connect, write_transaction
+from oryxmem.store.db import connect, is_locked, write_transaction
 from oryxmem.store.markdown import MarkdownFiles
 from oryxmem.sync.engine import AgentReport, SyncEngine
 from oryxmem.workspace import GLOBAL_AGENT, Workspace
@@ -347,8 +347,12 @@ class SyncWatcher:
         try:
             result = work()
         except Exception as error:  # the watcher must outlive any one bad pass
-            self.last_error = f"{type(error).__name__}: {error}"
-            log_failure(log, "sync pass failed; will retry", error)
+            problem = f"{type(error).__name__}: {error}"
+            if not is_locked(error):
+                log_failure(log, "sync pass failed; will retry", error)
+            elif problem != self.last_error:  # another program holds the database
+                log.info("sync waits: %s", error)
+            self.last_error = problem
             return []
         self.last_error = None
         return result
