@@ -99,26 +99,65 @@ def archival_for_query(
     order = (
         positions if positions is not None else {e.entry_id: at for at, e in enumerate(archival)}
     )
-    room = int(limit * share) - _cost(RELEVANT_NOTE)
-    chosen: set[str] = set()
-    kinds: set[str] = set()
+    kinds: set[str] = set()  # the repeat_key of every entry shown
+    part.relevant = _most_relevant(ranked, order, int(limit * share) - _cost(RELEVANT_NOTE), kinds)
+    used = _cost(RELEVANT_NOTE) + sum(_cost(e.render()) for e in part.relevant)
+    reserved = 0 if folds is None else int(limit * digest_share)
+    room = limit - (used if part.relevant else 0) - _cost(NEWEST_NOTE) - reserved
+    start, room = _take_newest(part, archival, room, kinds)
+    part.relevant.sort(key=lambda entry: order[entry.entry_id])
+    part.omitted = len(archival) - len(part.relevant) - len(part.newest)
+    if part.omitted and folds is not None and reserved:
+        shown = {e.entry_id for e in part.relevant if order[e.entry_id] < start}
+        part.digest = _digest_of(folds(start), archival, room + reserved, shown, rewrite)
+    part.lines = _archival_lines(part)
+    return part
+
+
+def _digest_of(
+    older: FoldsView,
+    archival: Sequence[Entry],
+    chars: int,
+    shown: set[str],
+    rewrite: Callable[[Digest, int], list[str] | None] | None,
+) -> Digest:
+    """The digest of the entries before the newest part, in a model's words if it gives any."""
+    made = digest(older, archival, chars, shown)
+    written = rewrite(made, chars) if rewrite and made.lines else None
+    return replace(made, lines=written) if written else made
+
+
+def _most_relevant(
+    ranked: Sequence[Entry], order: Mapping[str, int], room: int, kinds: set[str]
+) -> list[Entry]:
+    """The best-ranked entries of archival that fit ``room``, one of each kind (added to
+    ``kinds``), best first."""
+    chosen: list[Entry] = []
+    ids: set[str] = set()
     for entry in ranked:
-        if entry.entry_id in chosen or entry.entry_id not in order:
+        if entry.entry_id in ids or entry.entry_id not in order:
             continue
         kind = repeat_key(entry.content)
         cost = _cost(entry.render())
         if cost <= room and kind not in kinds:
-            part.relevant.append(entry)
-            chosen.add(entry.entry_id)
+            chosen.append(entry)
+            ids.add(entry.entry_id)
             kinds.add(kind)
             room -= cost
-    used = _cost(RELEVANT_NOTE) + sum(_cost(e.render()) for e in part.relevant) if chosen else 0
-    reserved = 0 if folds is None else int(limit * digest_share)
-    room = limit - used - _cost(NEWEST_NOTE) - reserved
+    return chosen
+
+
+def _take_newest(
+    part: ArchivalPart, archival: Sequence[Entry], room: int, kinds: set[str]
+) -> tuple[int, int]:
+    """Fill ``part.newest`` with the newest entries not shown that fit ``room`` (a repeat
+    of one shown counts in ``part.repeats`` instead); gives (where in archival the newest
+    part begins, the room left)."""
+    shown = {entry.entry_id for entry in part.relevant}
     start = len(archival)
     for at in range(len(archival) - 1, max(len(archival) - NEWEST_SCAN, 0) - 1, -1):
         entry = archival[at]
-        if entry.entry_id in chosen:
+        if entry.entry_id in shown:
             continue
         kind = repeat_key(entry.content)
         if kind in kinds:  # a repeat of one shown: it stands for this one too
@@ -133,23 +172,19 @@ def archival_for_query(
         room -= cost
         start = at
     part.newest.reverse()
-    part.relevant.sort(key=lambda entry: order[entry.entry_id])
-    part.omitted = len(archival) - len(part.relevant) - len(part.newest)
-    if part.omitted and folds is not None and reserved:
-        shown = {e.entry_id for e in part.relevant if order[e.entry_id] < start}
-        part.digest = digest(folds(start), archival, room + reserved, shown)
-        written = rewrite(part.digest, room + reserved) if rewrite and part.digest.lines else None
-        if written:
-            part.digest = replace(part.digest, lines=written)
-    if part.omitted:
-        part.lines.append(omitted_note(part.omitted, part.repeats))
+    return start, room
+
+
+def _archival_lines(part: ArchivalPart) -> list[str]:
+    """The part's lines: the omitted note, the relevant, the digest, the newest."""
+    lines = [omitted_note(part.omitted, part.repeats)] if part.omitted else []
     if part.relevant:
-        part.lines += [RELEVANT_NOTE, *(entry.render() for entry in part.relevant)]
+        lines += [RELEVANT_NOTE, *(entry.render() for entry in part.relevant)]
     if part.digest is not None:
-        part.lines += part.digest.lines
+        lines += part.digest.lines
     if part.newest:
-        part.lines += [NEWEST_NOTE, *(entry.render() for entry in part.newest)]
-    return part
+        lines += [NEWEST_NOTE, *(entry.render() for entry in part.newest)]
+    return lines
 
 
 EPISODES_HEADING = "## 情景记忆"  # episodic memory

@@ -81,10 +81,7 @@ def rank(
     keyword_scores: dict[int, float] = {}
     own: set[int] = set()  # found by their own words, not only by the entries before them
     if mode in ("hybrid", "keyword"):
-        hits = keyword.ranked(db, agent, query, POOL)
-        best = max((hit.score for hit, _ in hits), default=0.0)
-        keyword_scores = {hit.row_id: hit.score / best for hit, _ in hits if best > 0}
-        own = {hit.row_id for hit, by_own_words in hits if by_own_words}
+        keyword_scores, own = _keyword_arm(db, agent, query, keyword)
     semantic_scores: dict[int, tuple[float, float]] = {}  # row -> (scaled, cosine)
     unembedded = 0
     if vectors is not None and mode in ("hybrid", "semantic"):
@@ -104,22 +101,28 @@ def rank(
         score = keyword_weight * keyword_scores.get(row_id, 0.0) + semantic_weight * scaled
         if score <= 0 and row_id not in exact:
             continue  # the bottom of an arm's scale: nothing found it, in truth
-        # The keyword arm is credited only where an entry's own words match; one found
-        # only by the words of the entries before it says "context".
-        arms = tuple(
-            arm
-            for arm, found in (
-                ("exact", row_id in exact),
-                ("keyword", row_id in own),
-                ("context", row_id in keyword_scores and row_id not in own),
-                ("semantic", row_id in semantic_scores),
-            )
-            if found
-        )
-        ranked.append(Ranked(row_id, score, arms, cosine))
+        found_by = {
+            "exact": row_id in exact,
+            "keyword": row_id in own,
+            # credited to the keyword arm only where an entry's own words match; one
+            # found only by the words of the entries before it says "context"
+            "context": row_id in keyword_scores and row_id not in own,
+            "semantic": row_id in semantic_scores,
+        }
+        ranked.append(Ranked(row_id, score, tuple(a for a, yes in found_by.items() if yes), cosine))
     # Those holding the whole query first, then by score; ties: the newer first.
     ranked.sort(key=lambda r: ("exact" not in r.arms, -r.score, -r.row_id))
     return Ranking(ranked[:limit], unembedded)
+
+
+def _keyword_arm(
+    db: Executes, agent: str, query: str, keyword: BM25Index
+) -> tuple[dict[int, float], set[int]]:
+    """BM25F's scores scaled to the best (1.0), and the rows found by their own words."""
+    hits = keyword.ranked(db, agent, query, POOL)
+    best = max((hit.score for hit, _ in hits), default=0.0)
+    scores = {hit.row_id: hit.score / best for hit, _ in hits if best > 0}
+    return scores, {hit.row_id for hit, by_own_words in hits if by_own_words}
 
 
 def _holding_whole(db: Executes, query: str, candidates: set[int]) -> set[int]:

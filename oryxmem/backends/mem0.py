@@ -12,12 +12,12 @@ store, so a read after a save finds it.
 from __future__ import annotations
 
 import importlib.util
-from typing import TYPE_CHECKING
 
 if importlib.util.find_spec("mem0") is None:  # not imported here: mem0_link imports it offline
     raise ModuleNotFoundError("No module named 'mem0'", name="mem0")
 
-from oryxmem.backends.mem0_link import Mem0Link, Mem0Memory, link_for
+from oryxmem.backends.mem0_link import Mem0Link, Mem0Memory, link_for, metadata_of
+from oryxmem.backends.mem0_mirror import Mem0Mirror
 from oryxmem.clock import Clock
 from oryxmem.store.base import LongTermMemoryStore, MemorySnapshot, StoreLimits, StoreResources
 from oryxmem.store.format import (
@@ -29,14 +29,6 @@ from oryxmem.store.format import (
     EntryText,
     archival_window,
 )
-
-if TYPE_CHECKING:
-    from oryxmem.backends.mem0_mirror import Mem0Mirror
-
-
-def metadata_of(entry: Entry) -> dict[str, str]:
-    """What an entry's memory carries in mem0, so the mapping survives restarts."""
-    return {"oryxmem_id": entry.entry_id, "scope": entry.scope, "ts": entry.ts or ""}
 
 
 def entries_of(memories: list[Mem0Memory]) -> tuple[list[Entry], list[Entry]]:
@@ -82,8 +74,6 @@ class Mem0MemoryStore(LongTermMemoryStore):
 
     @classmethod
     def for_agent(cls, agent: str, resources: StoreResources) -> Mem0MemoryStore:
-        from oryxmem.backends.mem0_mirror import Mem0Mirror
-
         link = link_for(resources.workspace, resources.config)
         push = Mem0Mirror(resources.database(), link, str(resources.workspace.root), None)
         return cls(link, agent, clock=resources.clock, limits=resources.limits, rows=push)

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from oryxmem.config import Config
 from oryxmem.errors import BackendUnavailableError, InvalidConfigError
+from oryxmem.store.format import Entry
 from oryxmem.workspace import Workspace
 
 if TYPE_CHECKING:
@@ -84,6 +85,11 @@ class Mem0Memory:
             metadata if isinstance(metadata, dict) else {},
             item.get("created_at"),
         )
+
+
+def metadata_of(entry: Entry) -> dict[str, str]:
+    """What an entry's memory carries in mem0, so the mapping survives restarts."""
+    return {"oryxmem_id": entry.entry_id, "scope": entry.scope, "ts": entry.ts or ""}
 
 
 class Mem0Link(ABC):

@@ -30,8 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from oryxmem.backends.mem0 import metadata_of
-from oryxmem.backends.mem0_link import Mem0Link, Mem0Memory
+from oryxmem.backends.mem0_link import Mem0Link, Mem0Memory, metadata_of
 from oryxmem.store.db import write_transaction
 from oryxmem.store.format import SCOPES, Entry
 from oryxmem.store.rows import ENTRY_COLUMNS, entry_from_row
@@ -138,6 +137,28 @@ class Mem0Mirror:
         rows = self._rows(agent)
         agreed = self._agreed(agent)
         memories = self.link.memories(agent)
+        ours, foreign = self._sort_out(memories, rows, agreed)
+        if self.save is not None:  # first: an entry they bring is then the rows' and ours
+            for memory in foreign:
+                entry_id = self._bring_in(agent, memory, rows, self.save)
+                ours.setdefault(entry_id, []).append(memory)
+                report.brought_in += 1
+            rows = self._rows(agent)
+            agreed = self._agreed(agent)
+        self._settle_ours(agent, ours, rows, agreed, report)
+        agreed = self._unless_wiped(agent, ours, rows, agreed)
+        self._mirror_rows(agent, ours, rows, agreed, report)
+        for entry_id in set(agreed) - set(rows) - set(ours):  # gone on both sides
+            self._forget(agent, entry_id)
+        if not (report.changed or report.doubles):
+            report.memories = memories
+        return report
+
+    @staticmethod
+    def _sort_out(
+        memories: list[Mem0Memory], rows: dict[str, Entry], agreed: dict[str, str | None]
+    ) -> tuple[dict[str, list[Mem0Memory]], list[Mem0Memory]]:
+        """mem0's memories of entries of ours (by entry id), and the others'."""
         ours: dict[str, list[Mem0Memory]] = {}
         foreign: list[Mem0Memory] = []
         by_mem0_id = {mem0_id: entry_id for entry_id, mem0_id in agreed.items() if mem0_id}
@@ -147,15 +168,17 @@ class Mem0Mirror:
                 foreign.append(memory)  # another client's (or another workspace's) memory
             else:
                 ours.setdefault(own, []).append(memory)
+        return ours, foreign
 
-        if self.save is not None:  # first: an entry they bring is then the rows' and ours
-            for memory in foreign:
-                entry_id = self._bring_in(agent, memory, rows, self.save)
-                ours.setdefault(entry_id, []).append(memory)
-                report.brought_in += 1
-            rows = self._rows(agent)
-            agreed = self._agreed(agent)
-
+    def _settle_ours(
+        self,
+        agent: str,
+        ours: dict[str, list[Mem0Memory]],
+        rows: dict[str, Entry],
+        agreed: dict[str, str | None],
+        report: MirrorReport,
+    ) -> None:
+        """One memory per entry of ours; an entry removed here leaves mem0 too."""
         for entry_id, held in ours.items():
             keep, *extra = held
             for memory in extra:  # one entry, two memories: a crash between add and record
@@ -169,18 +192,37 @@ class Mem0Mirror:
                 self._forget(agent, entry_id)
                 report.deleted += 1
 
+    def _unless_wiped(
+        self,
+        agent: str,
+        ours: dict[str, list[Mem0Memory]],
+        rows: dict[str, Entry],
+        agreed: dict[str, str | None],
+    ) -> dict[str, str | None]:
+        """The agreed memories, or none when mem0 lost all of them at once (a store made
+        again: its entries are added again rather than deleted here)."""
         vanished = [e for e in rows if e not in ours and agreed.get(e)]
-        if len(vanished) > WIPE_LEAST and not ours:  # all of them at once: a wiped store
-            log.warning(
-                "mem0 holds none of the %d memories of %s it held: taken for a store made"
-                " again, they are added again (delete them one by one to delete them)",
-                len(vanished),
-                agent or "(global)",
-            )
-            with write_transaction(self.db):
-                self.db.execute("DELETE FROM mem0_agreed WHERE agent = ?", [agent])
-            agreed = {}
+        if len(vanished) <= WIPE_LEAST or ours:
+            return agreed
+        log.warning(
+            "mem0 holds none of the %d memories of %s it held: taken for a store made"
+            " again, they are added again (delete them one by one to delete them)",
+            len(vanished),
+            agent or "(global)",
+        )
+        with write_transaction(self.db):
+            self.db.execute("DELETE FROM mem0_agreed WHERE agent = ?", [agent])
+        return {}
 
+    def _mirror_rows(
+        self,
+        agent: str,
+        ours: dict[str, list[Mem0Memory]],
+        rows: dict[str, Entry],
+        agreed: dict[str, str | None],
+        report: MirrorReport,
+    ) -> None:
+        """Each row mem0 lacks: added to mem0, or (deleted in mem0) removed here."""
         for entry_id, entry in rows.items():
             if entry_id in ours:
                 continue
@@ -193,12 +235,6 @@ class Mem0Mirror:
             mem0_id = self.link.add(agent, entry.content, metadata_of(entry))
             self._record(agent, entry_id, mem0_id)
             report.added += 1
-
-        for entry_id in set(agreed) - set(rows) - set(ours):  # gone on both sides
-            self._forget(agent, entry_id)
-        if not (report.changed or report.doubles):
-            report.memories = memories
-        return report
 
     def _delete_row(self, agent: str, entry_id: str) -> None:
         with write_transaction(self.db):

@@ -238,7 +238,7 @@ class Daemon:
 
     def health(self) -> dict[str, Any]:
         """What the daemon knows without the database (the API adds the sync summary)."""
-        watcher, worker = self.watcher, self.worker
+        worker = self.worker
         return {
             "status": "ok" if worker is None or worker.alive else "memory thread stuck",
             "version": __version__,
@@ -246,21 +246,42 @@ class Daemon:
             "socket": str(self.socket_path),
             "pid": os.getpid(),
             "uptime_seconds": round(time.time() - self.started, 1),
-            "watching": "polling" if watcher and watcher.polling else "inotify",
-            "watcher_alive": bool(watcher and watcher.alive),
-            "reconciles": watcher.reconciles if watcher else 0,
-            "event_overflows": watcher.overflows if watcher else 0,
-            "last_sync_error": watcher.last_error if watcher else None,
-            "saves": worker.service.saves if worker else 0,
-            "save_batches": worker.service.batches if worker else 0,
-            "mirror_commits": worker.service.mirrors if worker else 0,
-            "memory_thread_alive": bool(worker and worker.alive),
-            "memory_busy_seconds": round(worker.busy_seconds, 1) if worker else 0.0,
+            **_watcher_health(self.watcher),
+            **_worker_health(worker),
             "indexer_alive": bool(self.indexer and self.indexer.alive),
             "last_index_error": self.indexer.last_error if self.indexer else None,
             "config": self.follower.health(),
             **self._backend_health(),
         }
+
+
+def _watcher_health(watcher: SyncWatcher | None) -> dict[str, Any]:
+    if watcher is None:  # not started yet
+        return {
+            "watching": "inotify",
+            "watcher_alive": False,
+            "reconciles": 0,
+            "event_overflows": 0,
+            "last_sync_error": None,
+        }
+    return {
+        "watching": "polling" if watcher.polling else "inotify",
+        "watcher_alive": watcher.alive,
+        "reconciles": watcher.reconciles,
+        "event_overflows": watcher.overflows,
+        "last_sync_error": watcher.last_error,
+    }
+
+
+def _worker_health(worker: MemoryWorker | None) -> dict[str, Any]:
+    service = worker.service if worker else None
+    return {
+        "saves": service.saves if service else 0,
+        "save_batches": service.batches if service else 0,
+        "mirror_commits": service.mirrors if service else 0,
+        "memory_thread_alive": bool(worker and worker.alive),
+        "memory_busy_seconds": round(worker.busy_seconds, 1) if worker else 0.0,
+    }
 
 
 def _log_report(report: AgentReport) -> None:

@@ -104,6 +104,19 @@ def rounds(messages: Sequence[dict[str, Any]]) -> list[Round]:
     return found
 
 
+@dataclass(frozen=True)
+class _Taken:
+    """A session's new rounds, made and embedded, waiting to be written."""
+
+    session: str
+    agent: str
+    count: int  # its messages when they were read
+    keep: int  # the rounds already written that stay
+    fresh: list[Round]
+    context: list[str]  # the text of the round before each fresh one
+    vectors: npt.NDArray[np.float32] | None
+
+
 class EpisodeIndex:
     """The rounds of every session, searchable; ``embed`` None: by words only."""
 
@@ -185,7 +198,7 @@ class EpisodeIndex:
         their rounds are made (and embedded) with no transaction open, then written in
         one short one. Returns the sessions taken in."""
         self.ensure(db)
-        work: list[tuple[str, str, int, int, list[Round], list[str], Any]] = []
+        work: list[_Taken] = []
         touched = []  # seen again, nothing new: only their updated_at is kept
         for session, had in self._candidates(db):
             if len(work) >= max_sessions:
@@ -199,19 +212,11 @@ class EpisodeIndex:
             messages = json.loads(raw)
             if len(messages) == had:
                 touched.append((session, had, updated_at))
-                continue
-            made = rounds(messages)
-            # the rounds from the one that held the last message taken in: it may have grown
-            keep = max(sum(1 for r in made if r.first_message < had) - 1, 0) if had else 0
-            fresh = made[keep:]
-            context = [made[r.number - 1].text if r.number else "" for r in fresh]
-            vectors = None
-            if self.embed and fresh:  # a vector per message: a round is as close as its best
-                vectors = self.embed([part for r in fresh for part in r.parts])
-            work.append((session, agent, len(messages), keep, fresh, context, vectors))
+            else:
+                work.append(self._take(session, agent, messages, had))
         with write_transaction(db):
-            for session, agent, count, keep, fresh, context, vectors in work:
-                self._write(db, session, agent, count, keep, fresh, context, vectors)
+            for taken in work:
+                self._write(db, taken)
             for session, count, updated_at in touched:
                 self._state(db, session, count, updated_at)
             gone = [
@@ -226,6 +231,18 @@ class EpisodeIndex:
                 db.execute("DELETE FROM episode_state WHERE session = ?", [session])
         return len(work) + len(gone)
 
+    def _take(self, session: str, agent: str, messages: list[Any], had: int) -> _Taken:
+        """The rounds of a session from the one that held the last message taken in (it
+        may have grown), with their contexts and vectors: made outside any transaction."""
+        made = rounds(messages)
+        keep = max(sum(1 for r in made if r.first_message < had) - 1, 0) if had else 0
+        fresh = made[keep:]
+        context = [made[r.number - 1].text if r.number else "" for r in fresh]
+        vectors = None
+        if self.embed and fresh:  # a vector per message: a round is as close as its best
+            vectors = self.embed([part for r in fresh for part in r.parts])
+        return _Taken(session, agent, len(messages), keep, fresh, context, vectors)
+
     @staticmethod
     def _state(db: Database, session: str, count: int, updated_at: str | None) -> None:
         db.execute(
@@ -235,17 +252,9 @@ class EpisodeIndex:
             [session, count, updated_at],
         )
 
-    def _write(
-        self,
-        db: Database,
-        session: str,
-        agent: str,
-        count: int,
-        keep: int,
-        fresh: list[Round],
-        context: list[str],
-        vectors: npt.NDArray[np.float32] | None,
-    ) -> None:
+    def _write(self, db: Database, taken: _Taken) -> None:
+        session, agent, count, keep = taken.session, taken.agent, taken.count, taken.keep
+        fresh, context, vectors = taken.fresh, taken.context, taken.vectors
         now = db.execute(
             "SELECT json_array_length(messages_json), updated_at FROM sessions WHERE id = ?",
             [session],

@@ -342,16 +342,7 @@ class VectorIndex(DerivedIndex):
         if not copy.count and not fresh:
             return Scores(empty.row_ids, empty.similarity, unembedded)
         vector = self.embedder.query_vector(query)
-        row_ids, similarity = empty.row_ids, empty.similarity
-        if copy.used:
-            row_ids, similarity = copy.row_ids[: copy.used], copy.matrix[: copy.used] @ vector
-        live = copy.alive[: copy.used]
-        older = [p for p in map(copy.where.get, fresh_ids) if p is not None]
-        if older:  # the vectors of texts these rows no longer hold (or no row at all)
-            live = live.copy()
-            live[older] = False
-        if copy.count < copy.used or older:
-            row_ids, similarity = row_ids[live], similarity[live]
+        row_ids, similarity = _stored_scores(copy, vector, fresh_ids)
         if fresh:
             vectors = self.embedder.embed([r.content for r in fresh], "passage")
             row_ids = np.concatenate([row_ids, np.array([r.row_id for r in fresh], np.int64)])
@@ -367,6 +358,24 @@ class VectorIndex(DerivedIndex):
         top = np.argpartition(-similarity, count - 1)[:count]
         top = top[np.argsort(-similarity[top], kind="stable")]
         return [Hit(int(row_ids[i]), float(similarity[i])) for i in top]
+
+
+def _stored_scores(
+    copy: _AgentVectors, vector: npt.NDArray[np.float32], fresh_ids: Sequence[int]
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
+    """The similarity of the copy's live vectors to the query, leaving out those of the
+    fresh rows (their vectors are of texts the rows no longer hold, or of no row)."""
+    if not copy.used:
+        return np.zeros(0, np.int64), np.zeros(0, np.float32)
+    row_ids, similarity = copy.row_ids[: copy.used], copy.matrix[: copy.used] @ vector
+    live = copy.alive[: copy.used]
+    older = [p for p in map(copy.where.get, fresh_ids) if p is not None]
+    if older:
+        live = live.copy()
+        live[older] = False
+    if copy.count < copy.used or older:
+        row_ids, similarity = row_ids[live], similarity[live]
+    return row_ids, similarity
 
 
 def normalised_top(

@@ -23,7 +23,7 @@ from oryxmem.fileio import FileStat, file_stat
 from oryxmem.index.bm25 import BM25Index
 from oryxmem.index.episodes import EpisodeHit, EpisodeIndex
 from oryxmem.index.keyword import KeywordIndex
-from oryxmem.search import MODES, POOL, rank
+from oryxmem.search import MODES, POOL, Ranked, Ranking, rank
 from oryxmem.service.results import RecallResult, SearchHit, SearchResult
 from oryxmem.service.shared import Shared
 from oryxmem.service.upkeep import Upkeep
@@ -61,39 +61,13 @@ class Finding:
         min_similarity: float | None = None,
     ) -> SearchResult:
         """The agent's entries ranked for a query, best first (search.py says how)."""
-        shared, upkeep = self.shared, self.upkeep
-        ref = shared.resolve(agent)
-        if mode not in MODES:
-            raise InvalidFieldError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
-        if not query.strip():
-            raise EmptyKeywordError("the search query is empty")
-        if has_lone_surrogate(query):
-            raise InvalidContentError("the search query holds a lone surrogate (not Unicode)")
-        if mode == "semantic" and str(shared.config.get("recall.embedder")) == "none":
-            raise SemanticSearchOffError(
-                "search by meaning is off (recall.embedder = none): search by words"
-                " (mode keyword or hybrid), or set recall.embedder"
-            )
-        count = limit or int(shared.config.get("recall.limit"))
-        if shared.index_upkeep:  # alone (no daemon keeps the rows and indexes current):
+        ref = self.shared.resolve(agent)
+        self._check_query(query, mode)
+        count = limit or int(self.shared.config.get("recall.limit"))
+        if self.shared.index_upkeep:  # alone (no daemon keeps the rows and indexes current):
             self._settle_rows(ref.agent)  # a file edited since the last sync is read first
-            upkeep.catch_up_indexes()  # the keyword arm sees every row (cheap when current)
-        vectors = None if mode == "keyword" else upkeep.vector_index()
-        bm25 = upkeep.indexes["bm25"]
-        assert isinstance(bm25, BM25Index)
-        note = None
-        try:
-            if vectors is not None and shared.index_upkeep and shared.embeds_in_search:
-                for _ in range(SEARCH_EMBED_STEPS):
-                    if not upkeep.embed_step():
-                        break
-            ranking = rank(shared.db, ref.agent, query, POOL, mode, bm25, vectors)
-        except EmbedderUnavailableError as error:
-            if mode == "semantic":
-                raise
-            note = f"searched by words only: {error.message}"
-            log.info("%s", note)  # the caller is told in the result (the CLI prints it)
-            ranking = rank(shared.db, ref.agent, query, POOL, "keyword", bm25, None)
+            self.upkeep.catch_up_indexes()  # the keyword arm sees every row (cheap when current)
+        ranking, note = self._rank(ref.agent, query, mode)
         kept = [  # the words found it, or its meaning is close enough
             ranked
             for ranked in ranking.ranked
@@ -101,10 +75,49 @@ class Finding:
             or {"exact", "keyword"} & set(ranked.arms)
             or ranked.similarity >= min_similarity
         ]
+        hits = self._hits(kept, count, scope)
+        return SearchResult(ref, query, mode, hits, ranking.unembedded, note)
+
+    def _check_query(self, query: str, mode: str) -> None:
+        if mode not in MODES:
+            raise InvalidFieldError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
+        if not query.strip():
+            raise EmptyKeywordError("the search query is empty")
+        if has_lone_surrogate(query):
+            raise InvalidContentError("the search query holds a lone surrogate (not Unicode)")
+        if mode == "semantic" and str(self.shared.config.get("recall.embedder")) == "none":
+            raise SemanticSearchOffError(
+                "search by meaning is off (recall.embedder = none): search by words"
+                " (mode keyword or hybrid), or set recall.embedder"
+            )
+
+    def _rank(self, agent: str, query: str, mode: str) -> tuple[Ranking, str | None]:
+        """The ranking by every arm of ``mode``, and a note when it searched by words only
+        because the model could not be used."""
+        shared, upkeep = self.shared, self.upkeep
+        vectors = None if mode == "keyword" else upkeep.vector_index()
+        bm25 = upkeep.indexes["bm25"]
+        assert isinstance(bm25, BM25Index)
+        try:
+            if vectors is not None and shared.index_upkeep and shared.embeds_in_search:
+                for _ in range(SEARCH_EMBED_STEPS):
+                    if not upkeep.embed_step():
+                        break
+            return rank(shared.db, agent, query, POOL, mode, bm25, vectors), None
+        except EmbedderUnavailableError as error:
+            if mode == "semantic":
+                raise
+            note = f"searched by words only: {error.message}"
+            log.info("%s", note)  # the caller is told in the result (the CLI prints it)
+            return rank(shared.db, agent, query, POOL, "keyword", bm25, None), note
+
+    def _hits(self, kept: list[Ranked], count: int, scope: str | None) -> list[SearchHit]:
+        """The first ``count`` of the ranked rows in ``scope``, with their entries (read
+        for the rows kept only, ``count`` at a time)."""
         hits: list[SearchHit] = []
-        for at in range(0, len(kept), count):  # the entries of the hits kept only
+        for at in range(0, len(kept), count):
             chunk = kept[at : at + count]
-            found = rows.entries_by_row_id(shared.db, [r.row_id for r in chunk])
+            found = rows.entries_by_row_id(self.shared.db, [r.row_id for r in chunk])
             for ranked in chunk:
                 entry = found.get(ranked.row_id)
                 if entry is None or (scope is not None and entry.scope != scope):
@@ -112,7 +125,7 @@ class Finding:
                 hits.append(SearchHit(entry, round(ranked.score, 6), ranked.arms))
             if len(hits) >= count:
                 break
-        return SearchResult(ref, query, mode, hits[:count], ranking.unembedded, note)
+        return hits[:count]
 
     def _settle_rows(self, agent: str) -> None:
         """Bring the rows up to the agent's file when it changed since sync last saw it

@@ -7,6 +7,7 @@ byte a human wrote outside those lines survives, and a save is a one-line diff.
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import re
 from collections.abc import Collection, Iterable, Sequence
@@ -309,52 +310,79 @@ def parse(text: str) -> MemoryDocument:
     doc.conflict_lines = conflict_line_numbers(text)
     if doc.conflict_lines:
         return doc
-    scope: str | None = None
     entries: list[Entry] = []
     section: Section | None = None
     stamped_line = _STAMPED_LINE_RE.fullmatch
     allocate = doc.ids.allocate
     entry_lines = doc.entry_lines
     for index, line in enumerate(lines):
-        if scope is not None:
+        if section is not None:  # in a section: its entries, and what else it holds
             match = stamped_line(line)
-            parsed: tuple[str | None, str] | None = None
-            if match:
-                raw = match.group(2).strip()
-                if raw:
-                    parsed = (match.group(1), unescape_content(raw) if "\\" in raw else raw)
-            if parsed is None:
-                body = line_body(line)
-                if body.startswith("#") and heading_scope(body)[0]:
-                    parsed = None
-                elif not body.strip():
+            raw = match.group(2).strip() if match else ""
+            parsed: tuple[str | None, str] | _Skip | None
+            if raw and match:
+                parsed = (match.group(1), unescape_content(raw) if "\\" in raw else raw)
+            else:
+                parsed = _other_line(doc, section, line, index)
+                if parsed is _SKIP:
                     continue
-                else:
-                    parsed = parse_entry_body(body)
-                    if parsed is None:
-                        doc.unparsed.append(UnparsedLine(index + 1, body))
-                        assert section is not None
-                        section.last_content_index = index
-                        continue
             if parsed is not None:
                 ts, content = parsed
-                entry_id = allocate(scope, ts, content)
-                entries.append(Entry(scope, ts, content, entry_id))
+                entry_id = allocate(section.scope, ts, content)
+                entries.append(Entry(section.scope, ts, content, entry_id))
                 entry_lines[entry_id] = index
-                assert section is not None
                 section.last_content_index = index
                 continue
-        body = line_body(line)
-        if index == 0 and body.startswith("\ufeff"):
-            body = body[1:]
-        if body.startswith("#"):
-            boundary, opened = heading_scope(body)
-            if boundary:
-                scope = opened
-                if opened is not None:
-                    section = doc.sections[opened] = Section(opened, index, index)
-                    entries = doc.entries(opened)
+        opened = _heading(doc, line, index)
+        if opened is not _SKIP:  # a heading that ends a section, opening one or none
+            section = opened
+            entries = doc.entries(opened.scope) if opened is not None else entries
     return doc
+
+
+class _Skip(enum.Enum):
+    """What _other_line and _heading give for a line that is nothing to act on."""
+
+    LINE = 0
+
+
+_SKIP = _Skip.LINE
+
+
+def _other_line(
+    doc: MemoryDocument, section: Section, line: str, index: int
+) -> tuple[str | None, str] | _Skip | None:
+    """A line in a section that is not a stamped entry: an entry written by hand (ts,
+    content), a heading (None: the caller reads it as one), or _SKIP (a blank line, or
+    one kept as it is and told as unparsed)."""
+    body = line_body(line)
+    if body.startswith("#") and heading_scope(body)[0]:
+        return None
+    if not body.strip():
+        return _SKIP
+    parsed = parse_entry_body(body)
+    if parsed is None:
+        doc.unparsed.append(UnparsedLine(index + 1, body))
+        section.last_content_index = index
+        return _SKIP
+    return parsed
+
+
+def _heading(doc: MemoryDocument, line: str, index: int) -> Section | _Skip | None:
+    """The section a heading line opens (recorded on doc), None for a heading that ends
+    a section without opening one, _SKIP for any other line."""
+    body = line_body(line)
+    if index == 0 and body.startswith("\ufeff"):
+        body = body[1:]
+    if not body.startswith("#"):
+        return _SKIP
+    boundary, opened = heading_scope(body)
+    if not boundary:
+        return _SKIP
+    if opened is None:
+        return None
+    section = doc.sections[opened] = Section(opened, index, index)
+    return section
 
 
 # --- editing ----------------------------------------------------------------
@@ -420,7 +448,27 @@ def apply_edits(
         raise KeyError(f"no entries with ids {unknown}")
     removed_indexes = {doc.entry_lines[entry_id] for entry_id in removals}
     nl = doc.newline
-    inserts: dict[int, list[str]] = {}  # after line index -> lines to insert
+    inserts, tail = _placed(doc, additions)
+    out: list[str] = list(inserts.get(-1, []))
+    for index, line in enumerate(doc.lines):
+        if index not in removed_indexes:
+            out.append(line)
+        follow = inserts.get(index)
+        if follow:
+            _end_line(out, nl)
+            out.extend(follow)
+    if tail:
+        _end_line(out, nl)
+        out.extend(tail)
+    return "".join(out)
+
+
+def _placed(
+    doc: MemoryDocument, additions: Sequence[EntryText]
+) -> tuple[dict[int, list[str]], list[str]]:
+    """Where new lines go: (after which line index -> the lines, the lines at the end)."""
+    nl = doc.newline
+    inserts: dict[int, list[str]] = {}
     tail: list[str] = []
     for scope in SCOPES:
         lines = [
@@ -437,20 +485,13 @@ def apply_edits(
         else:
             needs_gap = bool(tail) or any(line_body(line).strip() for line in doc.lines)
             tail.extend(([nl] if needs_gap else []) + [CANONICAL_HEADINGS[scope] + nl, *lines])
-    out: list[str] = list(inserts.get(-1, []))
-    for index, line in enumerate(doc.lines):
-        if index not in removed_indexes:
-            out.append(line)
-        follow = inserts.get(index)
-        if follow:
-            if out and not out[-1].endswith("\n"):
-                out[-1] += nl
-            out.extend(follow)
-    if tail:
-        if out and not out[-1].endswith("\n"):
-            out[-1] += nl
-        out.extend(tail)
-    return "".join(out)
+    return inserts, tail
+
+
+def _end_line(out: list[str], nl: str) -> None:
+    """A last line without its line break gets one, so that more can follow it."""
+    if out and not out[-1].endswith("\n"):
+        out[-1] += nl
 
 
 def new_file_text() -> str:

@@ -570,17 +570,7 @@ def mirror_appends(
     # Whether both sides agreed just before these appends: asked before the rows go in
     # (their insert is itself a change to the rows).
     state = read_state(db, agent, with_agreed=False)
-    start: int | None = None
-    all_taken = False
-    if state is None:  # a new agent: in sync if neither side had anything yet
-        has_rows = db.execute(
-            "SELECT 1 FROM memory_entries WHERE agent = ? LIMIT 1", [agent]
-        ).fetchone()
-        start = 0 if appends[0].before is None and has_rows is None else None
-    elif is_current(db, state):  # status ok, no row changed since
-        stats = [append.before for append in appends]
-        start = stats.index(state.file_stat) if state.file_stat in stats else None
-        all_taken = start is None and appends[-1].after == state.file_stat
+    start, all_taken = _agreed_before(db, agent, state, appends)
     missing = entries_not_in_rows(db, agent, entries)
     insert_rows(db, agent, missing, source)
     if start is None or appends[-1].after is None:  # (None: someone else wrote it too)
@@ -589,3 +579,20 @@ def mirror_appends(
     notes = state.notes if state is not None else []
     write_state(db, agreed_state(db, agent, path, appends[-1].after, None, agreed, notes), [])
     return True
+
+
+def _agreed_before(
+    db: Database, agent: str, state: SyncState | None, appends: Sequence[Append]
+) -> tuple[int | None, bool]:
+    """(the first append whose before-stat both sides agreed on, or None; whether the
+    state already holds the file as it is after them all)."""
+    if state is None:  # a new agent: in sync if neither side had anything yet
+        has_rows = db.execute(
+            "SELECT 1 FROM memory_entries WHERE agent = ? LIMIT 1", [agent]
+        ).fetchone()
+        return (0 if appends[0].before is None and has_rows is None else None), False
+    if not is_current(db, state):  # a status not ok, or a row changed since
+        return None, False
+    stats = [append.before for append in appends]
+    start = stats.index(state.file_stat) if state.file_stat in stats else None
+    return start, start is None and appends[-1].after == state.file_stat

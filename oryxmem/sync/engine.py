@@ -253,54 +253,14 @@ class SyncEngine:
     ) -> None:
         """The reconcile proper, inside the lock and the transaction."""
         state = rows.read_state(self.db, agent, with_agreed=False)
-        since = state.change_seq if state is not None else 0
-        report.quarantined = rows.quarantine_invalid_rows(
-            self.db, agent, self.config.max_content_chars, since
-        )
-        notes = kept_lines(doc)
-        told = set(state.notes) if state is not None else set()
-        path = str(store.path)
-        report.kept = [
-            f"{path}:{line}: kept as it is, not an entry: {text}"
-            for line, text in notes
-            if (line, text) not in told
-        ]
-        settled = state is not None and not report.quarantined and rows.is_current(self.db, state)
-        if settled and state is not None and key == state.file_stat:
-            report.status = "unchanged"  # the echo of our own write, or a rescan
-            return
+        notes = self._take_stock(agent, store, doc, state, report)
         sha = file_sha256(doc.text) if key else None
-        if key is None and state is not None and state.file_stat is not None:
-            gone_for = self._gone_for(agent)
-            if gone_for < DELETION_GRACE_SECONDS:  # an editor's unlink and create, a
-                report.status = "deferred"  # checkout in the middle: wait and see
-                report.detail = "MEMORY.md was just removed; its entries go unless it returns"
-                return
-        if settled and state is not None and sha is not None and state.sha256 == sha:
-            report.status = "unchanged"  # touched, same bytes
-            if not dry_run:
-                self._save_state(agent, key, sha, [], notes, previous=[])
+        if self._nothing_to_do(agent, state, key, sha, notes, report, dry_run):
             return
         if state is not None:
             state = rows.read_state(self.db, agent)  # now the agreed ids too
         file_entries = doc.all_entries()
-        protected = (  # a stale buffer drops lines; a file that is gone was removed
-            rows.protected_entries(
-                self.db,
-                agent,
-                {entry.entry_id for entry in file_entries},
-                self.config.stale_buffer_seconds,
-                time.time_ns(),
-            )
-            if state and key is not None
-            else set()
-        )
-        plan = reconcile(
-            file_entries,
-            number_rows(rows.read_rows(self.db, agent)),
-            state.agreed if state else None,
-            protected,
-        )
+        plan = self._plan(agent, file_entries, state, key)
         self._describe(report, plan, file_entries)
         if dry_run:
             raise _DryRun
@@ -318,6 +278,83 @@ class SyncEngine:
         _apply_plan_to_rows(self.db, agent, plan, file_entries, written_ns)
         previous = state.agreed if state is not None else None
         self._save_state(agent, key, sha, plan.agreed, notes, previous)
+
+    def _take_stock(
+        self,
+        agent: str,
+        store: MarkdownMemoryStore,
+        doc: MemoryDocument,
+        state: rows.SyncState | None,
+        report: AgentReport,
+    ) -> list[tuple[int, str]]:
+        """Quarantine the rows no file can hold, and note the file's lines that are not
+        entries (those not told before go in the report); gives those lines."""
+        since = state.change_seq if state is not None else 0
+        report.quarantined = rows.quarantine_invalid_rows(
+            self.db, agent, self.config.max_content_chars, since
+        )
+        notes = kept_lines(doc)
+        told = set(state.notes) if state is not None else set()
+        report.kept = [
+            f"{store.path}:{line}: kept as it is, not an entry: {text}"
+            for line, text in notes
+            if (line, text) not in told
+        ]
+        return notes
+
+    def _nothing_to_do(
+        self,
+        agent: str,
+        state: rows.SyncState | None,
+        key: FileStat | None,
+        sha: str | None,
+        notes: Sequence[tuple[int, str]],
+        report: AgentReport,
+        dry_run: bool,
+    ) -> bool:
+        """True when the file and the rows already agree, or the file is just gone (an
+        editor's unlink and create): the report says which."""
+        settled = state is not None and not report.quarantined and rows.is_current(self.db, state)
+        if settled and state is not None and key == state.file_stat:
+            report.status = "unchanged"  # the echo of our own write, or a rescan
+            return True
+        just_gone = key is None and state is not None and state.file_stat is not None
+        if just_gone and self._gone_for(agent) < DELETION_GRACE_SECONDS:
+            report.status = "deferred"  # an editor's unlink and create, a checkout: wait
+            report.detail = "MEMORY.md was just removed; its entries go unless it returns"
+            return True
+        if settled and state is not None and sha is not None and state.sha256 == sha:
+            report.status = "unchanged"  # touched, same bytes
+            if not dry_run:
+                self._save_state(agent, key, sha, [], notes, previous=[])
+            return True
+        return False
+
+    def _plan(
+        self,
+        agent: str,
+        file_entries: list[Entry],
+        state: rows.SyncState | None,
+        key: FileStat | None,
+    ) -> Plan:
+        """What to change on each side, the entries a stale buffer dropped protected."""
+        protected = (  # a stale buffer drops lines; a file that is gone was removed
+            rows.protected_entries(
+                self.db,
+                agent,
+                {entry.entry_id for entry in file_entries},
+                self.config.stale_buffer_seconds,
+                time.time_ns(),
+            )
+            if state and key is not None
+            else set()
+        )
+        return reconcile(
+            file_entries,
+            number_rows(rows.read_rows(self.db, agent)),
+            state.agreed if state else None,
+            protected,
+        )
 
     def _gone_for(self, agent: str) -> float:
         """Seconds since the agent's MEMORY.md (or its folder) was removed, as the

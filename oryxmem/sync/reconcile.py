@@ -17,7 +17,7 @@ from an unrelated add and remove.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from oryxmem.store.format import Entry, EntryIds, numbered
@@ -92,31 +92,8 @@ def reconcile(
     # Which rows need their stored id changed is settled at the end (_settle_ids), once
     # the final numbering is known.
     for entry_id, row in by_current.items():
-        if entry_id in in_file:
-            continue
-        if base is None:  # first agreement: the union
-            plan.file_additions.append(row.entry)
-        elif row.stored_id == entry_id and entry_id in base:
-            # Untouched in the database, gone from the file.
-            if entry_id in protected:
-                plan.restored.append(row.entry)
-                plan.file_additions.append(row.entry)
-            else:
-                plan.row_deletes.append(row.row_id)
-        elif (
-            row.stored_id is not None
-            and row.stored_id != entry_id
-            and row.stored_id in base
-            and row.stored_id not in in_file
-            and row.stored_id not in protected
-        ):
-            # Changed on both sides: the file dropped what the database changed.
-            why = "changed in the database and in the file; the file wins"
-            plan.lost.append((row.row_id, row.entry, why))
-            plan.row_deletes.append(row.row_id)
-        else:
-            # New in the database, or changed there while the file kept the old text.
-            plan.file_additions.append(row.entry)
+        if entry_id not in in_file:
+            _row_not_in_file(plan, row, base, in_file, protected)
 
     for entry_id, entry in in_file.items():
         if entry_id in by_current:
@@ -128,6 +105,40 @@ def reconcile(
 
     _settle_ids(plan, file_entries, rows)
     return plan
+
+
+def _row_not_in_file(
+    plan: Plan,
+    row: RowState,
+    base: set[str] | None,
+    in_file: Mapping[str, Entry],
+    protected: Collection[str],
+) -> None:
+    """What a row the file lacks becomes: a line of the file, a deletion, or a loss."""
+    entry_id = row.entry.entry_id
+    if base is None:  # first agreement: the union
+        plan.file_additions.append(row.entry)
+    elif row.stored_id == entry_id and entry_id in base:
+        # Untouched in the database, gone from the file.
+        if entry_id in protected:
+            plan.restored.append(row.entry)
+            plan.file_additions.append(row.entry)
+        else:
+            plan.row_deletes.append(row.row_id)
+    elif (
+        row.stored_id is not None
+        and row.stored_id != entry_id
+        and row.stored_id in base
+        and row.stored_id not in in_file
+        and row.stored_id not in protected
+    ):
+        # Changed on both sides: the file dropped what the database changed.
+        why = "changed in the database and in the file; the file wins"
+        plan.lost.append((row.row_id, row.entry, why))
+        plan.row_deletes.append(row.row_id)
+    else:
+        # New in the database, or changed there while the file kept the old text.
+        plan.file_additions.append(row.entry)
 
 
 def _settle_ids(plan: Plan, file_entries: Sequence[Entry], rows: Sequence[RowState]) -> None:

@@ -22,6 +22,7 @@ import random
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
@@ -121,6 +122,17 @@ class _Events(FileSystemEventHandler):
         for agent in agents:  # a rename within an agent's folder names it twice
             if agent is not None and not self.watcher.is_own_write(agent):
                 self.watcher.schedule(agent)
+
+
+@dataclass
+class _Clocks:
+    """When the watcher's periodic work is next due (time.monotonic), and the database's
+    data_version when it last looked."""
+
+    data_version: int
+    next_rescan: float
+    next_poll: float
+    next_folder_check: float
 
 
 class SyncWatcher:
@@ -290,39 +302,55 @@ class SyncWatcher:
             if report.status == "unreadable":
                 self.schedule(report.agent, UNREADABLE_RETRY_SECONDS)
         self.ready.set()
-        data_version = self._data_version()
-        next_rescan = self._next_rescan()
-        next_poll = time.monotonic() + DB_POLL_SECONDS
-        next_folder_check = time.monotonic() + FOLDER_CHECK_SECONDS
+        clocks = _Clocks(
+            data_version=self._data_version(),
+            next_rescan=self._next_rescan(),
+            next_poll=time.monotonic() + DB_POLL_SECONDS,
+            next_folder_check=time.monotonic() + FOLDER_CHECK_SECONDS,
+        )
         while not self._stop.is_set():
-            with self._lock:
-                if self._rescan_now:
-                    self._rescan_now, next_rescan = False, time.monotonic()
-                wake = min([next_rescan, next_poll, *(at for at, _ in self._due.values())])
-                if wake > time.monotonic():
-                    self._lock.wait(timeout=wake - time.monotonic())
-                now = time.monotonic()
-                due = [agent for agent, (at, _) in self._due.items() if at <= now]
-                for agent in due:
-                    del self._due[agent]
-            if now >= next_folder_check:
-                next_folder_check = now + FOLDER_CHECK_SECONDS
-                self._pass(self._watch_again_if_replaced)
-                due += self._pass(self.files.merge_orphans)  # editors' text, taken back in
-            if now >= next_poll:
-                next_poll = now + DB_POLL_SECONDS
-                version = self._data_version()
-                if version != data_version:  # another connection committed
-                    data_version = version
-                    due += self._pass(lambda: rows.agents_with_pending_changes(self.db))
-            if now >= next_rescan:
-                next_rescan = self._next_rescan()
-                due += self._pass(self.engine.due_agents)
-                self._pass(self._prune)
+            now, due = self._wait_for_due(clocks)
+            due += self._periodic_work(clocks, now)
             if due:
                 self.before_reconcile()
             if any([self._reconcile(agent) for agent in sorted(set(due))]):
                 self.after_reconcile()
+
+    def _wait_for_due(self, clocks: _Clocks) -> tuple[float, list[str]]:
+        """Wait for the first agent due or the next periodic work; (now, the agents due)."""
+        with self._lock:
+            if self._rescan_now:
+                self._rescan_now, clocks.next_rescan = False, time.monotonic()
+            wake = min(
+                [clocks.next_rescan, clocks.next_poll, *(at for at, _ in self._due.values())]
+            )
+            if wake > time.monotonic():
+                self._lock.wait(timeout=wake - time.monotonic())
+            now = time.monotonic()
+            due = [agent for agent, (at, _) in self._due.items() if at <= now]
+            for agent in due:
+                del self._due[agent]
+        return now, due
+
+    def _periodic_work(self, clocks: _Clocks, now: float) -> list[str]:
+        """What is done every so often: the folders looked at again, the database asked
+        whether another connection committed, the rescan; gives the agents it found due."""
+        due: list[str] = []
+        if now >= clocks.next_folder_check:
+            clocks.next_folder_check = now + FOLDER_CHECK_SECONDS
+            self._pass(self._watch_again_if_replaced)
+            due += self._pass(self.files.merge_orphans)  # editors' text, taken back in
+        if now >= clocks.next_poll:
+            clocks.next_poll = now + DB_POLL_SECONDS
+            version = self._data_version()
+            if version != clocks.data_version:  # another connection committed
+                clocks.data_version = version
+                due += self._pass(lambda: rows.agents_with_pending_changes(self.db))
+        if now >= clocks.next_rescan:
+            clocks.next_rescan = self._next_rescan()
+            due += self._pass(self.engine.due_agents)
+            self._pass(self._prune)
+        return due
 
     def _reconcile(self, agent: str) -> bool:
         """Reconcile one agent; True when it changed rows."""
