@@ -27,6 +27,7 @@ from oryxmem.errors import (
     OryxError,
     error_for_code,
 )
+from oryxmem.operations import BY_NAME
 from oryxmem.workspace import WORKSPACE_HEADER, open_workspace, socket_path
 
 MAX_LINE = 65536
@@ -230,23 +231,52 @@ class Client:
 
     # --- the memory calls ---------------------------------------------------------
 
+    def call(self, name: str, headers: dict[str, str] | None = None, **args: Any) -> Any:
+        """Carry out the operation ``name`` of the table (operations.py): its arguments
+        go where the table says (the path, the query or the body); for an operation
+        served per agent, ``agent`` picks the agent's route (none: the global file's).
+        Gives the envelope's data."""
+        operation = BY_NAME[name]
+        agent = args.pop("agent", None) if operation.per_agent else None
+        unknown = set(args) - {param.name for param in operation.params}
+        if unknown:
+            raise TypeError(f"{name} takes no {', '.join(sorted(unknown))}")
+        path = operation.path
+        if operation.per_agent:
+            path = self._prefix(agent) + path
+        for param in operation.of("path"):
+            path = path.replace(f"{{{param.wire}}}", urllib.parse.quote(str(args[param.name])))
+        query = {
+            param.wire: _query_text(args[param.name])
+            for param in operation.of("query")
+            if args.get(param.name) is not None and args.get(param.name) is not False
+        }
+        if query:
+            path += "?" + urllib.parse.urlencode(query)
+        body = None
+        if operation.has_body:
+            body = {p.wire: args[p.name] for p in operation.of("body") if p.name in args}
+        return self.request(operation.method, path, body, headers)
+
     @staticmethod
     def _prefix(agent: str | None) -> str:
         return "/api/v1" if not agent else f"/api/v1/agents/{urllib.parse.quote(agent, safe='')}"
 
     def health(self) -> dict[str, Any]:
-        return dict(self.request("GET", "/api/v1/health"))
+        return dict(self.call("health"))
+
+    def openapi(self) -> dict[str, Any]:
+        """The API as an OpenAPI 3.1 document."""
+        return dict(self.call("openapi"))
 
     def agents(self) -> list[dict[str, Any]]:
-        return list(self.request("GET", "/api/v1/agents"))
+        return list(self.call("agents"))
 
     def save(self, agent: str | None, content: str, scope: str = "archival") -> dict[str, Any]:
-        body = {"content": content, "scope": scope}
-        return dict(self.request("POST", f"{self._prefix(agent)}/memory", body))
+        return dict(self.call("save", agent=agent, content=content, scope=scope))
 
     def recall(self, agent: str | None, keyword: str) -> dict[str, Any]:
-        query = urllib.parse.urlencode({"keyword": keyword})
-        return dict(self.request("GET", f"{self._prefix(agent)}/memory/recall?{query}"))
+        return dict(self.call("recall", agent=agent, keyword=keyword))
 
     def search(
         self,
@@ -258,30 +288,29 @@ class Client:
     ) -> dict[str, Any]:
         """The agent's entries ranked for a question (hits with score and arms);
         ``relevant``: only those the words found or close enough in meaning."""
-        params: dict[str, str | int] = {"q": query, "mode": mode}
-        if limit is not None:
-            params["k"] = limit
-        if relevant:
-            params["relevant"] = 1
-        query_string = urllib.parse.urlencode(params)
-        return dict(self.request("GET", f"{self._prefix(agent)}/memory/search?{query_string}"))
+        found = self.call(
+            "search", agent=agent, query=query, limit=limit, mode=mode, relevant=relevant
+        )
+        return dict(found)
 
     def reindex(self, agent: str | None = None) -> dict[str, Any]:
         """Have the daemon build the indexes again (of one agent, or all); it embeds in
         the background: health()["indexes"] says how much is left."""
-        return dict(self.request("POST", "/api/v1/reindex", {"agent": agent}))
+        return dict(self.call("reindex", agent=agent))
 
     def memory(self, agent: str | None) -> dict[str, Any]:
-        return dict(self.request("GET", f"{self._prefix(agent)}/memory"))
+        return dict(self.call("memory", agent=agent))
 
     def context(
-        self, agent: str | None, session: str | None = None, query: str | None = None
+        self,
+        agent: str | None,
+        session: str | None = None,
+        turns: int | None = None,
+        query: str | None = None,
     ) -> dict[str, Any]:
         """The memory block; with ``query`` (the user's message), the archival entries
-        most relevant to it beside the newest."""
-        params = {k: v for k, v in (("session", session), ("query", query)) if v}
-        suffix = f"?{urllib.parse.urlencode(params)}" if params else ""
-        return dict(self.request("GET", f"{self._prefix(agent)}/context{suffix}"))
+        most relevant to it beside the newest; with ``session``, its messages too."""
+        return dict(self.call("context", agent=agent, session=session, turns=turns, query=query))
 
     def prompt(
         self,
@@ -292,46 +321,49 @@ class Client:
     ) -> dict[str, Any]:
         """The four-block prompt: as one text ("text") and as parts ("system", "files",
         "memory", "history", "tools")."""
-        params = {
-            k: str(v) for k, v in (("session", session), ("turns", turns), ("query", query)) if v
-        }
-        suffix = f"?{urllib.parse.urlencode(params)}" if params else ""
-        return dict(self.request("GET", f"{self._prefix(agent)}/prompt{suffix}"))
+        return dict(self.call("prompt", agent=agent, session=session, turns=turns, query=query))
 
     def search_episodes(
-        self, agent: str | None, query: str, k: int = 5, exclude: str | None = None
+        self, agent: str | None, query: str, limit: int = 5, exclude: str | None = None
     ) -> dict[str, Any]:
         """The rounds of the agent's past sessions that best answer query, best first."""
-        params = {"q": query, "k": str(k), **({"exclude": exclude} if exclude else {})}
-        suffix = urllib.parse.urlencode(params)
-        return dict(self.request("GET", f"{self._prefix(agent)}/episodes/search?{suffix}"))
+        found = self.call("episodes_search", agent=agent, query=query, limit=limit, exclude=exclude)
+        return dict(found)
+
+    def history(self, agent: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
+        """The audit log, newest first (of one agent, or all)."""
+        return list(self.call("history", agent=agent, limit=limit))
 
     def tools(self) -> dict[str, Any]:
         """The tools' schemas: plain JSON Schema ("tools"), and "openai", "anthropic"."""
-        return dict(self.request("GET", "/api/v1/tools"))
+        return dict(self.call("tools"))
 
     def trigger(self, agent: str | None, user_message: str, reply: str) -> dict[str, Any]:
-        body = {"user_message": user_message, "reply": reply}
-        return dict(self.request("POST", f"{self._prefix(agent)}/triggers", body))
+        return dict(self.call("trigger", agent=agent, user_message=user_message, reply=reply))
 
     def save_memory_tool(self, body: dict[str, Any], agent: str | None = None) -> dict[str, Any]:
+        """The save_memory tool, called with an agent's body as it is."""
         headers = {"X-OryxOS-Agent": agent} if agent else None
-        return dict(self.request("POST", "/api/v1/tools/save_memory", body, headers))
+        return dict(self.request("POST", BY_NAME["save_memory"].path, body, headers))
 
     def recall_memory_tool(self, body: dict[str, Any], agent: str | None = None) -> dict[str, Any]:
+        """The recall_memory tool, called with an agent's body as it is."""
         headers = {"X-OryxOS-Agent": agent} if agent else None
-        return dict(self.request("POST", "/api/v1/tools/recall_memory", body, headers))
+        return dict(self.request("POST", BY_NAME["recall_memory"].path, body, headers))
 
     def create_session(self, agent: str | None) -> dict[str, Any]:
-        return dict(self.request("POST", "/api/v1/sessions", {"agent": agent}))
+        return dict(self.call("create_session", agent=agent))
 
     def append_message(self, session: str, role: str, content: str) -> dict[str, Any]:
-        body = {"role": role, "content": content}
-        return dict(self.request("POST", f"/api/v1/sessions/{session}/messages", body))
+        return dict(self.call("append_message", session=session, role=role, content=content))
 
-    def history(self, session: str, turns: int | None = None) -> dict[str, Any]:
-        query = f"?turns={turns}" if turns else ""
-        return dict(self.request("GET", f"/api/v1/sessions/{session}/history{query}"))
+    def session_messages(self, session: str, turns: int | None = None) -> dict[str, Any]:
+        """A session's messages, oldest first (the last ``turns``)."""
+        return dict(self.call("session_messages", session=session, turns=turns))
+
+
+def _query_text(value: Any) -> str:
+    return "1" if value is True else str(value)
 
 
 __all__ = ["Client", "OryxError"]

@@ -1,62 +1,32 @@
-"""The agent tools (save_memory, recall_memory) as JSON Schema: what an agent loop may
-call (POST /api/v1/tools/<name>); the tools block of a prompt, and GET /api/v1/tools,
-also in the OpenAI and Anthropic ``tools`` shapes. tools.py says what a call means."""
+"""The agent tools (save_memory, recall_memory) as JSON Schema, made from their entries
+in the operations table: what an agent loop may call (POST /api/v1/tools/<name>); the
+tools block of a prompt, and GET /api/v1/tools, also in the OpenAI and Anthropic
+``tools`` shapes. tools.py says what a call means."""
 
 from __future__ import annotations
 
 from typing import Any
 
-MAX_RESULTS = 100  # the most entries one search or recall call returns
+from oryxmem.operations import OPERATIONS, Operation
+
+
+def tool_schema(operation: Operation) -> dict[str, Any]:
+    """An agent tool's description and parameters (agent and session are the caller's,
+    not the agent's, to give)."""
+    params = [param for param in operation.params if param.in_tool]
+    return {
+        "description": operation.summary,
+        "parameters": {
+            "type": "object",
+            "properties": {param.name: param.schema() for param in params},
+            "required": [p.name for p in params if p.required or p.tool_requires],
+            "additionalProperties": False,
+        },
+    }
+
 
 SCHEMAS: dict[str, dict[str, Any]] = {
-    "save_memory": {
-        "description": (
-            "Save something worth remembering beyond this conversation: a preference of"
-            " the user, a decision, a fact about the project, what you did. Saved at once,"
-            " durably, with the time. core: facts that always matter; archival: the rest."
-        ),
-        "parameters": {
-            "type": "object",
-            "properties": {
-                "content": {
-                    "type": "string",
-                    "description": "The memory: one self-contained sentence.",
-                },
-                "scope": {
-                    "type": "string",
-                    "enum": ["archival", "core"],
-                    "default": "archival",
-                    "description": "archival (default): dated notes; core: lasting facts.",
-                },
-            },
-            "required": ["content"],
-            "additionalProperties": False,
-        },
-    },
-    "recall_memory": {
-        "description": (
-            "The memories that hold a word or phrase (case-insensitive), each with its time;"
-            " with the workspace's default (memory.recall = hybrid) also those close to it"
-            " in meaning, best first."
-        ),
-        "parameters": {
-            "type": "object",
-            "properties": {
-                "keyword": {
-                    "type": "string",
-                    "description": "A word, a phrase or a question the memory may answer.",
-                },
-                "limit": {
-                    "type": "integer",
-                    "minimum": 1,
-                    "maximum": MAX_RESULTS,
-                    "description": "At most this many memories.",
-                },
-            },
-            "required": ["keyword"],
-            "additionalProperties": False,
-        },
-    },
+    operation.name: tool_schema(operation) for operation in OPERATIONS if operation.tool
 }
 
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from oryxmem.errors import InvalidContentError, InvalidFieldError, OryxError
+from oryxmem.operations import MAX_RESULTS
 from oryxmem.payloads import recall_data, save_data
-from oryxmem.schemas import MAX_RESULTS
 from oryxmem.service import MemoryService, SaveRequest
 from oryxmem.store.format import ARCHIVAL, has_lone_surrogate
 

@@ -103,7 +103,10 @@ def test_every_route_with_curl_and_the_client_while_files_and_rows_change(
         session = client.create_session("coder")["id"]
         client.append_message(session, "user", "hello")
         client.append_message(session, "assistant", "hi")
-        assert [m["content"] for m in client.history(session)["messages"]] == ["hello", "hi"]
+        assert [m["content"] for m in client.session_messages(session)["messages"]] == [
+            "hello",
+            "hi",
+        ]
         with_history = client.context("coder", session=session)
         assert len(with_history["history"]) == 2
         tool = client.save_memory_tool({"content": "tool save", "scope": "archival"}, agent="coder")

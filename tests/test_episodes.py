@@ -245,7 +245,7 @@ def test_episodes_over_the_socket_and_the_cli(workspace: Workspace, tmp_path: Pa
             time.sleep(0.2)
         assert hits[0]["round"] == 0 and "teal" in hits[0]["text"]
         with Client(running.socket) as client:
-            found = client.search_episodes("a", "logo colour", k=1)["episodes"]
+            found = client.search_episodes("a", "logo colour", limit=1)["episodes"]
             assert [h["session"] for h in found] == [session]
             assert (
                 client.search_episodes("a", "logo colour", exclude=session)["episodes"][0][

@@ -344,7 +344,7 @@ def test_bad_searches_are_clear_errors(service: MemoryService) -> None:
 
 
 def test_the_cli_offers_the_search_modes() -> None:
-    from oryxmem.cli import SEARCH_MODES
+    from oryxmem.cli.memory import SEARCH_MODES
 
     assert SEARCH_MODES == MODES
 

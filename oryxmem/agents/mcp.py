@@ -24,6 +24,7 @@ from pydantic import Field
 
 from oryxmem import __version__
 from oryxmem.errors import OryxError
+from oryxmem.operations import MAX_RESULTS
 from oryxmem.reach import Reach
 
 if TYPE_CHECKING:
@@ -31,7 +32,6 @@ if TYPE_CHECKING:
     from oryxmem.service import MemoryService
 
 RESULT_CHARS = 8000  # the most one result holds; offset asks for the rest
-MAX_RESULTS = 100  # as the socket's
 T = TypeVar("T")
 
 INSTRUCTIONS = """\

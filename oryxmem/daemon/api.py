@@ -42,6 +42,8 @@ from oryxmem.errors import (
     UnsafeAgentNameError,
     WrongWorkspaceError,
 )
+from oryxmem.openapi import openapi_document
+from oryxmem.operations import BY_NAME, OPERATIONS, Operation, Param
 from oryxmem.payloads import (
     agents_data,
     context_data,
@@ -52,12 +54,12 @@ from oryxmem.payloads import (
     save_data,
     search_data,
 )
-from oryxmem.schemas import MAX_RESULTS, tool_schemas
+from oryxmem.schemas import tool_schemas
 from oryxmem.service import MemoryService, SaveRequest
 from oryxmem.service.finding import RECALL_MIN_SIMILARITY
-from oryxmem.store.format import ARCHIVAL, has_lone_surrogate
+from oryxmem.store.format import has_lone_surrogate
 from oryxmem.store.rows import sync_summary
-from oryxmem.tools import RecallArgs, ToolCall, save_request, text_field
+from oryxmem.tools import RecallArgs, ToolCall, save_request
 from oryxmem.workspace import GLOBAL_AGENT, WORKSPACE_HEADER, AgentRef, agent_name_problem
 
 log = logging.getLogger("oryxmem.daemon")
@@ -69,6 +71,7 @@ READERS: web.AppKey[Readers] = web.AppKey("readers", Readers)
 HEALTH: web.AppKey[Callable[[], dict[str, Any]]] = web.AppKey("health")
 CLIENT_TIMEOUT = web.AppKey("client_timeout", float)
 ROOT = web.AppKey("root", str)  # the workspace served, as realpath
+BODY = web.RequestKey("body", dict)  # the JSON body, once arguments() has read it
 
 
 def envelope(code: int, message: str, data: Any) -> dict[str, Any]:
@@ -271,10 +274,93 @@ async def run_for(request: web.Request, ref: AgentRef, work: Callable[[MemorySer
     return await run(request, checked)
 
 
+# --- arguments ------------------------------------------------------------------
+
+
+async def arguments(request: web.Request, operation: Operation) -> dict[str, Any]:
+    """The operation's arguments from the path, the query and the body, each checked
+    against its entry in the table (type, limits, choices); absent ones are their
+    default. The body is read only by an operation that takes one."""
+    body = await json_body(request) if operation.has_body else {}
+    request[BODY] = body  # as sent: an agent tool's call is recorded as it was made
+    args: dict[str, Any] = {}
+    for param in operation.params:
+        if param.where == "body":
+            args[param.name] = body_value(param, body)
+        else:
+            source = request.match_info if param.where == "path" else request.query
+            args[param.name] = text_value(param, source.get(param.wire))
+    return args
+
+
+def body_value(param: Param, body: dict[str, Any]) -> Any:
+    value = body.get(param.wire)
+    if value is None:
+        if param.required:
+            raise InvalidFieldError(f"{param.wire!r} is required")
+        return param.default
+    if param.type == "integer":
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise InvalidFieldError(f"{param.wire!r} must be a whole number")
+        return _within(param, value, f"{param.wire!r}")
+    if param.type == "boolean":
+        if not isinstance(value, bool):
+            raise InvalidFieldError(f"{param.wire!r} must be true or false")
+        return value
+    if not isinstance(value, str):
+        raise InvalidFieldError(f"{param.wire!r} must be a string, not {type(value).__name__}")
+    return value
+
+
+def text_value(param: Param, value: str | None) -> Any:
+    """A path or query argument, from its text."""
+    if param.blank is not None and not (value or "").strip():
+        raise EmptyKeywordError(param.blank)
+    if value is None or (value == "" and param.type != "string"):
+        if param.required:
+            raise InvalidFieldError(f"?{param.wire}= is required")
+        return param.default
+    if param.type == "integer":
+        if not value.isascii() or not value.isdigit() or len(value) > 9:
+            raise InvalidFieldError(f"?{param.wire}= must be a whole number")
+        return _within(param, int(value), f"?{param.wire}=")
+    if param.type == "boolean":
+        if value not in ("1", "0", "true", "false"):
+            raise InvalidFieldError(f"?{param.wire}= must be 1, 0, true or false")
+        return value in ("1", "true")
+    return value or param.default  # an empty ?session= is no session
+
+
+def _within(param: Param, number: int, said: str) -> int:
+    least = param.minimum if param.minimum is not None else number
+    most = param.maximum if param.maximum is not None else number
+    if not least <= number <= most:
+        upper = f" and at most {param.maximum}" if param.maximum is not None else ""
+        raise InvalidFieldError(f"{said} must be at least {param.minimum}{upper}")
+    return number
+
+
+Args = dict[str, Any]
+OperationHandler = Callable[[web.Request, Args], Awaitable[Any]]
+HANDLERS: dict[str, OperationHandler] = {}
+
+
+def handles(name: str) -> Callable[[OperationHandler], OperationHandler]:
+    """Register the handler of the operation ``name`` of the table."""
+
+    def register(handler: OperationHandler) -> OperationHandler:
+        assert name in BY_NAME, f"no operation {name!r} in the table"
+        HANDLERS[name] = handler
+        return handler
+
+    return register
+
+
 # --- handlers -------------------------------------------------------------------
 
 
-async def health(request: web.Request) -> Any:
+@handles("health")
+async def health(request: web.Request, args: Args) -> Any:
     def summary(service: MemoryService) -> dict[str, Any]:
         return {"sync": sync_summary(service.db), "indexes": service.index_summary()}
 
@@ -286,75 +372,70 @@ async def health(request: web.Request) -> Any:
     return data
 
 
-async def list_agents(request: web.Request) -> Any:
+@handles("openapi")
+async def openapi(request: web.Request, args: Args) -> Any:
+    return openapi_document()
+
+
+@handles("agents")
+async def list_agents(request: web.Request, args: Args) -> Any:
     return await run(request, lambda s: agents_data(s.agents()))
 
 
-async def get_memory(request: web.Request) -> Any:
+@handles("memory")
+async def get_memory(request: web.Request, args: Args) -> Any:
     ref = path_agent(request)
     return await run_for(request, ref, lambda s: memory_data(s.get(ref.agent)))
 
 
-async def save(request: web.Request) -> Any:
+@handles("save")
+async def save(request: web.Request, args: Args) -> Any:
     ref = path_agent(request)
-    body = await json_body(request)
-    content = text_field(body, "content")
-    scope = text_field(body, "scope", ARCHIVAL)
-    result = await request.app[WORKER].save_on_loop(ref, SaveRequest(content, scope, "socket"))
-    return save_data(result)
+    saving = SaveRequest(args["content"], args["scope"], "socket")
+    return save_data(await request.app[WORKER].save_on_loop(ref, saving))
 
 
-async def recall(request: web.Request) -> Any:
+@handles("recall")
+async def recall(request: web.Request, args: Args) -> Any:
     ref = path_agent(request)
-    keyword = request.query.get("keyword", "")
-    if not keyword.strip():
-        raise EmptyKeywordError("give ?keyword= a word to look for")
 
     def answer(service: MemoryService) -> dict[str, Any]:
-        return recall_data(service.recall(ref.agent, keyword))
+        return recall_data(service.recall(ref.agent, args["keyword"]))
 
     ranks = request.app[WORKER].service.recall_ranks
     return await (ranked if ranks else run_for)(request, ref, answer)
 
 
-async def search(request: web.Request) -> Any:
+@handles("search")
+async def search(request: web.Request, args: Args) -> Any:
     ref = path_agent(request)
-    query = request.query.get("q", "")
-    if not query.strip():
-        raise EmptyKeywordError("give ?q= a question or words to look for")
-    limit = _int_query(request, "k", MAX_RESULTS)
-    mode = request.query.get("mode", "hybrid")
-    # relevant=1: only hits the words found, or close enough in meaning (as recall's)
-    least = RECALL_MIN_SIMILARITY if request.query.get("relevant") in ("1", "true") else None
+    least = RECALL_MIN_SIMILARITY if args["relevant"] else None
 
     def answer(service: MemoryService) -> dict[str, Any]:
-        found = service.search(ref.agent, query, limit=limit, mode=mode, min_similarity=least)
+        found = service.search(
+            ref.agent, args["query"], limit=args["limit"], mode=args["mode"], min_similarity=least
+        )
         return search_data(found)
 
     return await ranked(request, ref, answer)
 
 
-async def reindex(request: web.Request) -> Any:
-    body = await json_body(request)
-    agent = body.get("agent")
-    if agent is not None and not isinstance(agent, str):
-        raise InvalidFieldError("'agent' must be a string")
-    worker = request.app[WORKER]
-    data = await run(request, lambda s: s.start_reindex(agent))
-    worker.on_mirrored()  # the indexer thread embeds what is to be done again
+@handles("reindex")
+async def reindex(request: web.Request, args: Args) -> Any:
+    data = await run(request, lambda s: s.start_reindex(args["agent"]))
+    request.app[WORKER].on_mirrored()  # the indexer thread embeds what is to be done again
     return data
 
 
-async def context(request: web.Request) -> Any:
+@handles("context")
+async def context(request: web.Request, args: Args) -> Any:
     ref = path_agent(request)
-    session = request.query.get("session")
-    turns = _int_query(request, "turns")
-    query = request.query.get("query") or None
+    session, query = args["session"], args["query"]
 
     def build(service: MemoryService) -> dict[str, Any]:
         data = context_data(service, ref.agent, session, query)
         if session:
-            data["history"] = service.history(session, turns)
+            data["history"] = service.history(session, args["turns"])
         return data
 
     if query is None:
@@ -362,39 +443,44 @@ async def context(request: web.Request) -> Any:
     return await ranked(request, ref, build)  # a search: on a reader thread
 
 
-async def prompt(request: web.Request) -> Any:
+@handles("prompt")
+async def prompt(request: web.Request, args: Args) -> Any:
     ref = path_agent(request)
-    session = request.query.get("session") or None
-    turns = _int_query(request, "turns")
-    query = request.query.get("query") or None
 
     def build(service: MemoryService) -> dict[str, Any]:
-        return prompt_data(service, ref.agent, session, turns, query)
+        return prompt_data(service, ref.agent, args["session"], args["turns"], args["query"])
 
-    if query is None:
+    if args["query"] is None:
         return await run_for(request, ref, build)
     return await ranked(request, ref, build)  # a search: on a reader thread
 
 
-async def list_tools(request: web.Request) -> Any:
+@handles("history")
+async def history(request: web.Request, args: Args) -> Any:
+    agent = args["agent"]
+    problem = agent_name_problem(agent) if agent else None
+    if problem:
+        raise UnsafeAgentNameError(f"unsafe agent name {agent!r}: {problem}")
+    return await run(request, lambda s: s.audit_log(agent, args["limit"]))
+
+
+@handles("tools")
+async def list_tools(request: web.Request, args: Args) -> Any:
     return tool_schemas()
 
 
-async def trigger(request: web.Request) -> Any:
+@handles("trigger")
+async def trigger(request: web.Request, args: Args) -> Any:
     ref = path_agent(request)
-    body = await json_body(request)
-    user_message = text_field(body, "user_message", "")
-    reply = text_field(body, "reply", "")
-
     worker = request.app[WORKER]
     limit = worker.service.config.footprint_max_chars
-    footprint = SaveRequest.footprint(user_message, reply, limit, "socket")
+    footprint = SaveRequest.footprint(args["user_message"], args["reply"], limit, "socket")
     return save_data(await worker.save_on_loop(ref, footprint))
 
 
-async def tool_save_memory(request: web.Request) -> Any:
-    body = await json_body(request)
-    call = tool_call(request, "save_memory", body)
+@handles("save_memory")
+async def tool_save_memory(request: web.Request, args: Args) -> Any:
+    call = tool_call(request, "save_memory", request[BODY])
 
     async def save(service: MemoryService) -> Any:
         ref = await run(request, lambda s: s.resolve(call.agent))
@@ -404,15 +490,15 @@ async def tool_save_memory(request: web.Request) -> Any:
     return await _tool(request, call, save)
 
 
-async def tool_recall_memory(request: web.Request) -> Any:
-    body = await json_body(request)
-    call = tool_call(request, "recall_memory", body)
+@handles("recall_memory")
+async def tool_recall_memory(request: web.Request, args: Args) -> Any:
+    call = tool_call(request, "recall_memory", request[BODY])
 
     async def recall(service: MemoryService) -> Any:
-        args = RecallArgs.of(call.body)
-        if args.ranks(service):
-            return await ranked(request, None, lambda s: args.answer(s, call.agent))
-        return await run(request, lambda s: args.answer(s, call.agent))
+        recall_args = RecallArgs.of(call.body)
+        if recall_args.ranks(service):
+            return await ranked(request, None, lambda s: recall_args.answer(s, call.agent))
+        return await run(request, lambda s: recall_args.answer(s, call.agent))
 
     return await _tool(request, call, recall)
 
@@ -438,56 +524,45 @@ async def _tool(
     return output
 
 
-async def create_session(request: web.Request) -> Any:
-    body = await json_body(request)
-    agent = body.get("agent")
-    if agent is not None and not isinstance(agent, str):
-        raise InvalidFieldError("'agent' must be a string")
-    info = await run(request, lambda s: s.create_session(agent))
+@handles("create_session")
+async def create_session(request: web.Request, args: Args) -> Any:
+    info = await run(request, lambda s: s.create_session(args["agent"]))
     return info.__dict__
 
 
-async def append_message(request: web.Request) -> Any:
-    session = request.match_info["session"]
-    body = await json_body(request)
-    role, content = text_field(body, "role"), text_field(body, "content")
+@handles("append_message")
+async def append_message(request: web.Request, args: Args) -> Any:
+    session, role, content = args["session"], args["role"], args["content"]
     count = await run(request, lambda s: s.append_message(session, role, content))
     request.app[WORKER].on_mirrored()  # the indexer takes the round in (episodes)
     return {"session": session, "messages": count}
 
 
-async def search_episodes(request: web.Request) -> Any:
+@handles("episodes_search")
+async def search_episodes(request: web.Request, args: Args) -> Any:
     ref = path_agent(request)
-    query = request.query.get("q", "")
-    if not query.strip():
-        raise EmptyKeywordError("give ?q= a question or words to look for")
-    k = _int_query(request, "k", MAX_RESULTS) or 5
-    exclude = request.query.get("exclude") or None
 
     def answer(service: MemoryService) -> dict[str, Any]:
-        return episodes_data(ref, service.search_episodes(ref.agent, query, k, exclude))
+        hits = service.search_episodes(ref.agent, args["query"], args["limit"], args["exclude"])
+        return episodes_data(ref, hits)
 
     return await ranked(request, ref, answer)
 
 
-async def session_history(request: web.Request) -> Any:
-    session = request.match_info["session"]
-    turns = _int_query(request, "turns")
-    messages = await run(request, lambda s: s.history(session, turns))
+@handles("session_messages")
+async def session_history(request: web.Request, args: Args) -> Any:
+    session = args["session"]
+    messages = await run(request, lambda s: s.history(session, args["turns"]))
     return {"session": session, "messages": messages}
 
 
-def _int_query(request: web.Request, name: str, most: int | None = None) -> int | None:
-    value = request.query.get(name)
-    if value is None:
-        return None
-    if not value.isascii() or not value.isdigit() or len(value) > 9:
-        raise InvalidFieldError(f"?{name}= must be a whole number")
-    number = int(value)
-    if number < 1 or (most is not None and number > most):
-        upper = f" and at most {most}" if most is not None else ""
-        raise InvalidFieldError(f"?{name}= must be at least 1{upper}")
-    return number
+def _route(operation: Operation) -> Handler:
+    handler = HANDLERS[operation.name]
+
+    async def served(request: web.Request) -> Any:
+        return await handler(request, await arguments(request, operation))
+
+    return served
 
 
 def make_app(
@@ -503,26 +578,9 @@ def make_app(
     app[CLIENT_TIMEOUT] = client_timeout
     app[ROOT] = os.path.realpath(worker.service.workspace.root)
     routes = [
-        web.get("/api/v1/health", health),
-        web.get("/api/v1/agents", list_agents),
-        web.get("/api/v1/tools", list_tools),
-        web.post("/api/v1/tools/save_memory", tool_save_memory),
-        web.post("/api/v1/tools/recall_memory", tool_recall_memory),
-        web.post("/api/v1/sessions", create_session),
-        web.post("/api/v1/reindex", reindex),
-        web.post("/api/v1/sessions/{session}/messages", append_message),
-        web.get("/api/v1/sessions/{session}/history", session_history),
+        web.route(operation.method, path, _route(operation))
+        for operation in OPERATIONS
+        for path in operation.paths()
     ]
-    for prefix in ("/api/v1/agents/{name}", "/api/v1"):
-        routes += [
-            web.get(f"{prefix}/memory", get_memory),
-            web.post(f"{prefix}/memory", save),
-            web.get(f"{prefix}/memory/recall", recall),
-            web.get(f"{prefix}/memory/search", search),
-            web.get(f"{prefix}/context", context),
-            web.get(f"{prefix}/prompt", prompt),
-            web.get(f"{prefix}/episodes/search", search_episodes),
-            web.post(f"{prefix}/triggers", trigger),
-        ]
     app.add_routes(routes)
     return app

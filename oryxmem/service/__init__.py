@@ -39,6 +39,7 @@ from oryxmem.service.saving import (
     footprint_line,
 )
 from oryxmem.service.shared import Shared
+from oryxmem.store import rows
 from oryxmem.store.format import ARCHIVAL
 from oryxmem.workspace import AgentRef, Workspace, open_workspace
 
@@ -353,6 +354,12 @@ class MemoryService:
 
     def append_message(self, session_id: str, role: str, content: str) -> int:
         return self.sessions.append_message(session_id, role, content)
+
+    def audit_log(self, agent: str | None, limit: int) -> list[dict[str, Any]]:
+        """The newest ``limit`` events of memory_history (of one agent, or all), newest
+        first: what was added and removed, when, and by which source."""
+        name = None if agent is None else self.resolve(agent).agent
+        return rows.history(self.db, name, limit)
 
     def history(self, session_id: str, turns: int | None = None) -> list[dict[str, Any]]:
         return self.sessions.history(session_id, turns)

@@ -1,0 +1,550 @@
+"""Every operation of the memory API, declared once: its route, its arguments (types,
+limits, where they travel), the shape of its result and the errors it may answer.
+
+The daemon's routes and their argument checks (daemon/api.py), the Python ``Client``,
+the agent tools' JSON Schemas (schemas.py) and ``GET /api/v1/openapi.json`` (openapi.py)
+are made from this table; the CLI's options and the MCP tools are checked against it
+(tests/test_operations.py). An argument is added here, and in the code that uses it.
+
+This module is data: it imports nothing of oryxmem but the error table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from oryxmem import errors as e
+
+MAX_RESULTS = 100  # the most entries one search or recall call returns
+PREFIXES = ("/api/v1/agents/{name}", "/api/v1")  # an agent's routes, and the global file's
+
+
+@dataclass(frozen=True)
+class Param:
+    """One argument of an operation."""
+
+    name: str  # as the Client, the CLI and the service call it
+    type: str  # JSON Schema: "string", "integer" or "boolean"
+    where: str  # "path", "query" or "body"
+    doc: str
+    required: bool = False
+    default: Any = None
+    minimum: int | None = None
+    maximum: int | None = None
+    enum: tuple[str, ...] | None = None
+    key: str | None = None  # its name on the wire, when that differs (?q= for query)
+    blank: str | None = None  # the EmptyKeywordError message when it is missing or blank
+    in_tool: bool = True  # part of an agent tool's schema (agent and session are not)
+    tool_requires: bool = False  # required by the tool's schema though not by its route
+    in_cli: bool = True  # a CLI option or argument of the same name
+
+    @property
+    def wire(self) -> str:
+        return self.key or self.name
+
+    def schema(self) -> dict[str, Any]:
+        """Its JSON Schema."""
+        schema: dict[str, Any] = {"type": self.type, "description": self.doc}
+        if self.enum is not None:
+            schema["enum"] = list(self.enum)
+        if self.default is not None:
+            schema["default"] = self.default
+        if self.minimum is not None:
+            schema["minimum"] = self.minimum
+        if self.maximum is not None:
+            schema["maximum"] = self.maximum
+        return schema
+
+
+@dataclass(frozen=True)
+class Operation:
+    """One operation: what it does, where it is served, what it takes and gives."""
+
+    name: str
+    method: str
+    path: str  # under each of PREFIXES when per_agent, else the whole path
+    summary: str
+    params: tuple[Param, ...] = ()
+    result: dict[str, Any] = field(default_factory=dict)  # the JSON Schema of ``data``
+    errors: tuple[type[e.OryxError], ...] = ()
+    per_agent: bool = False
+    tool: bool = False  # an agent tool (POST /api/v1/tools/<name>)
+    cli: str | None = None  # the CLI command that carries it ("episodes search")
+
+    def paths(self) -> list[str]:
+        return [prefix + self.path for prefix in PREFIXES] if self.per_agent else [self.path]
+
+    def of(self, where: str) -> list[Param]:
+        return [param for param in self.params if param.where == where]
+
+    @property
+    def has_body(self) -> bool:
+        return bool(self.of("body"))
+
+    def param(self, name: str) -> Param:
+        return next(param for param in self.params if param.name == name)
+
+
+# --- the result shapes ------------------------------------------------------------
+
+
+def _object(properties: dict[str, Any], *required: str) -> dict[str, Any]:
+    return {"type": "object", "properties": properties, "required": list(required or properties)}
+
+
+_TEXT = {"type": "string"}
+_INT = {"type": "integer"}
+_OPTIONAL_TEXT = {"type": ["string", "null"]}
+_TEXTS = {"type": "array", "items": _TEXT}
+_AGENT = {"agent": _TEXT, "requested": _OPTIONAL_TEXT, "fallback": _OPTIONAL_TEXT}
+ENTRY = _object(
+    {
+        "id": _TEXT,
+        "scope": {"type": "string", "enum": ["core", "archival"]},
+        "ts": _OPTIONAL_TEXT,
+        "content": _TEXT,
+        "line": _TEXT,
+    }
+)
+SAVED = _object({**_AGENT, "entry": ENTRY, "deferred": _OPTIONAL_TEXT})
+RECALLED = _object({**_AGENT, "keyword": _TEXT, "strategy": {"type": "string"}, "lines": _TEXTS})
+_ARMS = {"type": "array", "items": {"enum": ["exact", "keyword", "context", "semantic"]}}
+FOUND = _object(
+    {
+        **_AGENT,
+        "query": _TEXT,
+        "mode": _TEXT,
+        "unembedded": _INT,
+        "note": _OPTIONAL_TEXT,
+        "hits": {
+            "type": "array",
+            "items": _object({**ENTRY["properties"], "score": {"type": "number"}, "arms": _ARMS}),
+        },
+    }
+)
+_MESSAGES = {
+    "type": "array",
+    "items": {"type": "object", "properties": {"role": _TEXT, "content": _TEXT}},
+}
+_SESSION = _object(
+    {"id": _TEXT, "agent": _TEXT, "created_at": _TEXT, "updated_at": _TEXT, "message_count": _INT}
+)
+
+# --- the arguments shared by several operations -------------------------------------
+
+
+def _query(name: str, doc: str, key: str | None = None, blank: str | None = None) -> Param:
+    return Param(name, "string", "query", doc, required=blank is not None, key=key, blank=blank)
+
+
+_SESSION_ARG = _query("session", "The session whose messages are the history block.")
+_TURNS = Param("turns", "integer", "query", "The last this many messages.", minimum=1)
+_FOR_QUERY = _query("query", "The user's message: the entries most relevant to it are shown.")
+_TOOL_AGENT = Param(
+    "agent",
+    "string",
+    "body",
+    "The agent (else the X-OryxOS-Agent header, else the global file).",
+    in_tool=False,
+)
+_TOOL_SESSION = Param(
+    "session", "string", "body", "The session the call is recorded under.", in_tool=False
+)
+_REQUEST_ERRORS = (e.InvalidFieldError, e.InvalidJsonError, e.UnsafeAgentNameError)
+_SAVE_ERRORS = (
+    *_REQUEST_ERRORS,
+    e.InvalidScopeError,
+    e.EmptyContentError,
+    e.InvalidContentError,
+    e.ContentTooLongError,
+    e.StorageError,
+    e.MemoryFileConflictedError,
+    e.MemoryFileUnreadableError,
+)
+
+OPERATIONS: tuple[Operation, ...] = (
+    Operation(
+        "health",
+        "GET",
+        "/api/v1/health",
+        "What the daemon is doing: its threads, the sync and the indexes' backlog.",
+        result={"type": "object", "required": ["status", "version", "workspace", "pid"]},
+        cli="status",
+    ),
+    Operation(
+        "openapi",
+        "GET",
+        "/api/v1/openapi.json",
+        "This API as an OpenAPI 3.1 document.",
+        result={"type": "object", "required": ["openapi", "paths"]},
+    ),
+    Operation(
+        "agents",
+        "GET",
+        "/api/v1/agents",
+        "Every agent with a memory, and how many entries each section holds.",
+        result={
+            "type": "array",
+            "items": _object(
+                {"agent": _TEXT, "core": _INT, "archival": _INT, "problem": _OPTIONAL_TEXT}
+            ),
+        },
+        cli="agents",
+    ),
+    Operation(
+        "memory",
+        "GET",
+        "/memory",
+        "An agent's memory: its core and archival entries, and the file as text.",
+        result=_object(
+            {
+                **_AGENT,
+                "core": {"type": "array", "items": ENTRY},
+                "archival": {"type": "array", "items": ENTRY},
+                "markdown": _TEXT,
+            }
+        ),
+        errors=(e.UnsafeAgentNameError, e.MemoryFileConflictedError, e.MemoryFileUnreadableError),
+        per_agent=True,
+        cli="show",
+    ),
+    Operation(
+        "save",
+        "POST",
+        "/memory",
+        "Save an entry: answered once it is durable in MEMORY.md.",
+        params=(
+            Param("content", "string", "body", "The entry: one self-contained note.", True),
+            Param(
+                "scope",
+                "string",
+                "body",
+                "archival (default): dated notes; core: lasting facts.",
+                default="archival",
+                enum=("archival", "core"),
+            ),
+        ),
+        result=SAVED,
+        errors=_SAVE_ERRORS,
+        per_agent=True,
+        cli="save",
+    ),
+    Operation(
+        "recall",
+        "GET",
+        "/memory/recall",
+        "The archival entries that hold a word (memory.recall = keyword, oldest first),"
+        " or answer a question best (hybrid, best first).",
+        params=(
+            _query(
+                "keyword",
+                "A word, a phrase or a question.",
+                blank="give ?keyword= a word to look for",
+            ),
+        ),
+        result=RECALLED,
+        errors=(*_REQUEST_ERRORS, e.EmptyKeywordError, e.InvalidContentError),
+        per_agent=True,
+        cli="recall",
+    ),
+    Operation(
+        "search",
+        "GET",
+        "/memory/search",
+        "An agent's entries ranked for a question, best first, with the score and the"
+        " arms that found each.",
+        params=(
+            _query(
+                "query",
+                "A question or words to look for.",
+                key="q",
+                blank="give ?q= a question or words to look for",
+            ),
+            Param(
+                "limit",
+                "integer",
+                "query",
+                "At most this many hits (default: recall.limit).",
+                minimum=1,
+                maximum=MAX_RESULTS,
+                key="k",
+            ),
+            Param(
+                "mode",
+                "string",
+                "query",
+                "hybrid (words and meaning), keyword or semantic.",
+                default="hybrid",
+                enum=("hybrid", "keyword", "semantic"),
+            ),
+            Param(
+                "relevant",
+                "boolean",
+                "query",
+                "Only hits the words found, or close enough in meaning (as recall's).",
+                default=False,
+            ),
+        ),
+        result=FOUND,
+        errors=(
+            *_REQUEST_ERRORS,
+            e.EmptyKeywordError,
+            e.InvalidContentError,
+            e.SemanticSearchOffError,
+            e.EmbedderUnavailableError,
+        ),
+        per_agent=True,
+        cli="search",
+    ),
+    Operation(
+        "context",
+        "GET",
+        "/context",
+        "The memory block an agent is given: core, then archival (with a query, the"
+        " entries most relevant to it beside the newest).",
+        params=(_SESSION_ARG, _TURNS, _FOR_QUERY),
+        result=_object({**_AGENT, "context": _TEXT, "history": _MESSAGES}, *_AGENT, "context"),
+        errors=(*_REQUEST_ERRORS, e.SessionNotFoundError),
+        per_agent=True,
+        cli="context",
+    ),
+    Operation(
+        "prompt",
+        "GET",
+        "/prompt",
+        "The whole prompt: system, files, memory, history and tools, as one text and as parts.",
+        params=(_SESSION_ARG, _TURNS, _FOR_QUERY),
+        result=_object(
+            {
+                **_AGENT,
+                "text": _TEXT,
+                "system": _TEXT,
+                "files": {
+                    "type": "array",
+                    "items": _object({"name": _TEXT, "text": _TEXT}),
+                },
+                "memory": _TEXT,
+                "history": _MESSAGES,
+                "tools": {"type": "array", "items": {"type": "object"}},
+                "notes": _TEXTS,
+            }
+        ),
+        errors=(*_REQUEST_ERRORS, e.SessionNotFoundError),
+        per_agent=True,
+        cli="prompt",
+    ),
+    Operation(
+        "episodes_search",
+        "GET",
+        "/episodes/search",
+        "The rounds of an agent's past sessions that best answer a question.",
+        params=(
+            _query(
+                "query",
+                "A question or words to look for.",
+                key="q",
+                blank="give ?q= a question or words to look for",
+            ),
+            Param(
+                "limit",
+                "integer",
+                "query",
+                "At most this many rounds.",
+                default=5,
+                minimum=1,
+                maximum=MAX_RESULTS,
+                key="k",
+            ),
+            _query("exclude", "A session to leave out (the current one)."),
+        ),
+        result=_object(
+            {
+                **_AGENT,
+                "episodes": {
+                    "type": "array",
+                    "items": _object(
+                        {
+                            "session": _TEXT,
+                            "round": _INT,
+                            "at": _OPTIONAL_TEXT,
+                            "text": _TEXT,
+                            "score": {"type": "number"},
+                            "arms": {"type": "array", "items": _TEXT},
+                        }
+                    ),
+                },
+            }
+        ),
+        errors=(*_REQUEST_ERRORS, e.EmptyKeywordError, e.InvalidContentError),
+        per_agent=True,
+        cli="episodes search",
+    ),
+    Operation(
+        "trigger",
+        "POST",
+        "/triggers",
+        "A footprint of one exchange (the user's message and the reply) saved to archival.",
+        params=(
+            Param("user_message", "string", "body", "What the user said.", default=""),
+            Param("reply", "string", "body", "What the agent answered.", default=""),
+        ),
+        result=SAVED,
+        errors=_SAVE_ERRORS,
+        per_agent=True,
+    ),
+    Operation(
+        "reindex",
+        "POST",
+        "/api/v1/reindex",
+        "Build the derived indexes again from the rows (of one agent, or all); the"
+        " vectors are made in the background.",
+        params=(Param("agent", "string", "body", "The agent (default: every agent)."),),
+        result={"type": "object", "required": ["agent", "entries", "indexes"]},
+        errors=_REQUEST_ERRORS,
+        cli="reindex",
+    ),
+    Operation(
+        "history",
+        "GET",
+        "/api/v1/history",
+        "The audit log: every entry added and removed, when, and by which source.",
+        params=(
+            _query("agent", "Only this agent's (default: every agent's)."),
+            Param(
+                "limit",
+                "integer",
+                "query",
+                "The newest this many events.",
+                default=50,
+                minimum=1,
+                maximum=100_000,
+            ),
+        ),
+        result={
+            "type": "array",
+            "items": _object(
+                {
+                    "at": _TEXT,
+                    "agent": _TEXT,
+                    "op": _TEXT,
+                    "source": _TEXT,
+                    "scope": _OPTIONAL_TEXT,
+                    "ts": _OPTIONAL_TEXT,
+                    "content": _OPTIONAL_TEXT,
+                    "detail": _OPTIONAL_TEXT,
+                }
+            ),
+        },
+        errors=_REQUEST_ERRORS,
+        cli="history",
+    ),
+    Operation(
+        "tools",
+        "GET",
+        "/api/v1/tools",
+        "The agent tools' schemas: plain JSON Schema, and the OpenAI and Anthropic shapes.",
+        result=_object(
+            {
+                "tools": {"type": "array"},
+                "openai": {"type": "array"},
+                "anthropic": {"type": "array"},
+            }
+        ),
+    ),
+    Operation(
+        "save_memory",
+        "POST",
+        "/api/v1/tools/save_memory",
+        "Save something worth remembering beyond this conversation: a preference of the"
+        " user, a decision, a fact about the project, what you did. Saved at once, durably,"
+        " with the time. core: facts that always matter; archival: the rest.",
+        params=(
+            Param("content", "string", "body", "The memory: one self-contained sentence.", True),
+            Param(
+                "scope",
+                "string",
+                "body",
+                "archival (default): dated notes; core: lasting facts.",
+                default="archival",
+                enum=("archival", "core"),
+            ),
+            _TOOL_AGENT,
+            _TOOL_SESSION,
+        ),
+        result=SAVED,
+        errors=_SAVE_ERRORS,
+        tool=True,
+    ),
+    Operation(
+        "recall_memory",
+        "POST",
+        "/api/v1/tools/recall_memory",
+        "The memories that hold a word or phrase (case-insensitive), each with its time;"
+        " with the workspace's default (memory.recall = hybrid) also those close to it in"
+        " meaning, best first.",
+        params=(
+            Param(
+                "keyword",
+                "string",
+                "body",
+                "A word, a phrase or a question the memory may answer.",
+                tool_requires=True,  # the route takes query instead (tools.RecallArgs)
+            ),
+            Param(
+                "query",
+                "string",
+                "body",
+                "Instead of keyword: a question, answered by meaning and words whatever"
+                " memory.recall says.",
+                in_tool=False,
+            ),
+            Param(
+                "limit",
+                "integer",
+                "body",
+                "At most this many memories.",
+                minimum=1,
+                maximum=MAX_RESULTS,
+            ),
+            _TOOL_AGENT,
+            _TOOL_SESSION,
+        ),
+        result=RECALLED,
+        errors=(*_REQUEST_ERRORS, e.EmptyKeywordError, e.InvalidContentError),
+        tool=True,
+    ),
+    Operation(
+        "create_session",
+        "POST",
+        "/api/v1/sessions",
+        "Open a session: the messages of one conversation, kept for history and episodes.",
+        params=(Param("agent", "string", "body", "The agent the session belongs to."),),
+        result=_SESSION,
+        errors=_REQUEST_ERRORS,
+    ),
+    Operation(
+        "append_message",
+        "POST",
+        "/api/v1/sessions/{session}/messages",
+        "Add a message to a session.",
+        params=(
+            Param("session", "string", "path", "The session.", True),
+            Param("role", "string", "body", "user, assistant, system or tool.", True),
+            Param("content", "string", "body", "The message.", True),
+        ),
+        result=_object({"session": _TEXT, "messages": _INT}),
+        errors=(*_REQUEST_ERRORS, e.SessionNotFoundError, e.InvalidRoleError),
+    ),
+    Operation(
+        "session_messages",
+        "GET",
+        "/api/v1/sessions/{session}/history",
+        "A session's messages, oldest first.",
+        params=(Param("session", "string", "path", "The session.", True), _TURNS),
+        result=_object({"session": _TEXT, "messages": _MESSAGES}),
+        errors=(*_REQUEST_ERRORS, e.SessionNotFoundError),
+    ),
+)
+
+BY_NAME: dict[str, Operation] = {operation.name: operation for operation in OPERATIONS}
