@@ -14,7 +14,7 @@ from typing import Any
 
 from oryxmem.errors import InvalidConfigError
 from oryxmem.fileio import atomic_write
-from oryxmem.registry import BACKENDS, EMBEDDERS
+from oryxmem.registry import BACKENDS, EMBEDDERS, Registry
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,17 @@ def _not_negative(value: Any) -> str | None:
     return None if value >= 0 else "must be 0 or more"
 
 
+def _known(registry: Registry) -> Callable[[Any], str | None]:
+    """A check that the value names one of the registry's (built in, or a plugin's)."""
+
+    def check(value: Any) -> str | None:
+        if value in registry:
+            return None
+        return f"must be one of {', '.join(registry.names())}, or an installed plugin's"
+
+    return check
+
+
 def _one_of(*choices: str) -> Callable[[Any], str | None]:
     def check(value: Any) -> str | None:
         return None if value in choices else f"must be one of {', '.join(choices)}"
@@ -50,8 +61,8 @@ SETTINGS: tuple[Setting, ...] = (
         "markdown",
         str,
         "what answers reads of long-term memory (saves always land in MEMORY.md first):"
-        f" {', '.join(BACKENDS.names())}",
-        _one_of(*BACKENDS.names()),
+        f" {', '.join(BACKENDS.names())}, or a plugin's (entry points {BACKENDS.group})",
+        _known(BACKENDS),
         restart=True,
     ),
     Setting(
@@ -110,7 +121,15 @@ SETTINGS: tuple[Setting, ...] = (
         str,
         "what embeds memories for search by meaning: minilm (offline, built in),"
         " openai-compatible (the /v1/embeddings of recall.embedder_url) or none",
-        _one_of(*EMBEDDERS.names(), "none"),
+        lambda value: None if value == "none" else _known(EMBEDDERS)(value),
+        restart=True,
+    ),
+    Setting(
+        "index.plugins",
+        "",
+        str,
+        "derived indexes from installed plugins to keep and search, by name (entry points"
+        " oryxmem.indexes), separated by commas; the built-in ones are always kept",
         restart=True,
     ),
     Setting(

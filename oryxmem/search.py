@@ -25,14 +25,30 @@ alone, far below the keyword arm's context), the multilingual e5-small model
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from oryxmem.index.bm25 import BM25Index
-from oryxmem.index.vectors import VectorIndex, normalised_top
+from oryxmem.index import Hit
+from oryxmem.index.vectors import Scores, normalised_top
 from oryxmem.store.db import Executes, select_in
 
-if TYPE_CHECKING:
-    pass
+
+class WordsArm(Protocol):
+    """An index that ranks rows by their words (registry: arm "words"; bm25.py's)."""
+
+    def ranked(
+        self, db: Executes, agent: str, query: str, limit: int | None
+    ) -> list[tuple[Hit, bool]]:
+        """Rows best first, each with whether its own words matched (else its context)."""
+        ...
+
+
+class MeaningArm(Protocol):
+    """An index that scores rows by meaning (registry: arm "meaning"; vectors.py's)."""
+
+    def scores(self, db: Executes, agent: str, query: str) -> Scores:
+        """Every scored row's similarity to the query, and how many it could not score."""
+        ...
+
 
 MODES = ("hybrid", "semantic", "keyword")
 # On the dev set every weight of the semantic arm from 0.1 to 0.3 beats the keyword arm
@@ -71,8 +87,8 @@ def rank(
     query: str,
     limit: int,
     mode: str,
-    keyword: BM25Index,
-    vectors: VectorIndex | None,
+    keyword: WordsArm,
+    vectors: MeaningArm | None,
 ) -> Ranking:
     """The agent's rows for a query, best first. Without vectors (recall.embedder = none)
     every mode is the keyword arm."""
@@ -116,7 +132,7 @@ def rank(
 
 
 def _keyword_arm(
-    db: Executes, agent: str, query: str, keyword: BM25Index
+    db: Executes, agent: str, query: str, keyword: WordsArm
 ) -> tuple[dict[int, float], set[int]]:
     """BM25F's scores scaled to the best (1.0), and the rows found by their own words."""
     hits = keyword.ranked(db, agent, query, POOL)

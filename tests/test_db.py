@@ -14,7 +14,7 @@ from oryxmem.index import catch_up
 from oryxmem.index.keyword import KeywordIndex
 from oryxmem.store.base import StoreLimits
 from oryxmem.store.db import connect
-from oryxmem.store.schema import migrations
+from oryxmem.store.schema import MIGRATIONS, SET_NAME, migration_set
 
 sqlite_utils = pytest.importorskip("sqlite_utils")
 
@@ -74,8 +74,8 @@ def test_migrations_apply_once_and_reopening_changes_nothing(tmp_path: Path) -> 
     connect(path).close()
     schema = shell(path, ".schema")
     db = sqlite_utils.Database(connect(path).conn)
-    assert migrations().pending(db) == []
-    assert [m.name for m in migrations().applied(db)] == [
+    assert migration_set(SET_NAME, MIGRATIONS).pending(db) == []
+    assert [m.name for m in migration_set(SET_NAME, MIGRATIONS).applied(db)] == [
         "create_memory_entries",
         "create_sessions",
         "add_quarantine_and_change_cursor",

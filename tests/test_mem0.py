@@ -17,7 +17,9 @@ from daemonhelp import daemon
 from synchelp import sql
 
 from oryxmem.config import Config, set_value
+from oryxmem.registry import backend_migrations
 from oryxmem.service import MemoryService
+from oryxmem.store.db import Database, connect
 from oryxmem.store.format import ARCHIVAL, Entry
 from oryxmem.workspace import Workspace
 
@@ -37,6 +39,14 @@ AGENT = f"coder-{uuid.uuid4().hex[:8]}" if os.environ.get("MEM0_SERVER_URL") els
 def fresh_links() -> Iterator[None]:
     yield
     close_links()  # each test's workspace has its own embedded store
+
+
+def mem0_db(workspace: Workspace) -> Database:
+    """The database with the mem0 backend's tables, as a workspace configured for mem0
+    opens it (these tests drive the mirror of a workspace that is not)."""
+    own = backend_migrations("mem0")
+    assert own is not None
+    return connect(workspace.db_path, [own])
 
 
 def mem0_workspace(workspace: Workspace, **settings: str) -> Config:
@@ -88,7 +98,7 @@ def test_the_mirror_finishes_what_a_crash_interrupted(workspace: Workspace) -> N
         saves.append(content)
         return service.save(agent or None, content, scope).entry
 
-    mirror = Mem0Mirror(service.db, link, str(workspace.root), save)
+    mirror = Mem0Mirror(mem0_db(workspace), link, str(workspace.root), save)
     # the intent of an add was recorded, the add never made (0); an add made, its record
     # never written (1); the same entry added twice (2)
     mirror._record("a", entries[0].entry_id, None)
@@ -293,7 +303,7 @@ def test_a_wiped_mem0_store_is_filled_again_and_nothing_leaves_memory_md(
 
     def full_pass() -> Mem0Link:
         link = EmbeddedLink(workspace, Config.defaults())
-        Mem0Mirror(service.db, link, str(workspace.root), save).pass_agent("a")
+        Mem0Mirror(mem0_db(workspace), link, str(workspace.root), save).pass_agent("a")
         return link
 
     full_pass().close()
@@ -302,7 +312,7 @@ def test_a_wiped_mem0_store_is_filled_again_and_nothing_leaves_memory_md(
     assert texts(link, "a") == [f"kept fact {n}" for n in range(5)]
     for memory in link.memories("a"):  # every one gone at once, the store kept
         link.delete(memory.id)
-    Mem0Mirror(service.db, link, str(workspace.root), save).pass_agent("a")
+    Mem0Mirror(mem0_db(workspace), link, str(workspace.root), save).pass_agent("a")
     assert len(link.memories("a")) == 5
     assert workspace.memory_path("a").read_text() == before
     link.close()

@@ -71,19 +71,6 @@ class MirrorReport:
         return bool(self.added or self.deleted or self.brought_in or self.removed)
 
 
-def create_tables(db: Database) -> None:
-    db.execute(
-        "CREATE TABLE IF NOT EXISTS mem0_agreed (agent TEXT NOT NULL, entry_id TEXT NOT NULL,"
-        " mem0_id TEXT, PRIMARY KEY (agent, entry_id)) WITHOUT ROWID"
-    )
-    # A memory another client added, being brought in: its save may have landed.
-    db.execute("CREATE TABLE IF NOT EXISTS mem0_store (store_id TEXT NOT NULL)")
-    db.execute(
-        "CREATE TABLE IF NOT EXISTS mem0_imports (mem0_id TEXT PRIMARY KEY, agent TEXT NOT NULL,"
-        " content TEXT NOT NULL)"
-    )
-
-
 class Mem0Mirror:
     """``save`` None: push only (mem0 brought up to the rows; what other clients did is
     left for a full pass, the daemon's)."""
@@ -93,8 +80,7 @@ class Mem0Mirror:
         self.link = link
         self.save = save
         self.lock = pass_lock(owner)
-        with write_transaction(db):
-            create_tables(db)
+        with write_transaction(db):  # its tables: the backend's migrations (mem0_tables.py)
             known = db.execute("SELECT store_id FROM mem0_store").fetchone()
             if known is None or known[0] != link.store_id:  # another store: nothing agreed
                 db.execute("DELETE FROM mem0_agreed")

@@ -32,7 +32,7 @@ from oryxmem.daemon.reload import CHECK_SECONDS, ConfigFollower
 from oryxmem.daemon.worker import MemoryWorker
 from oryxmem.errors import DaemonAlreadyRunningError
 from oryxmem.fileio import open_regular, raise_open_file_limit
-from oryxmem.registry import BACKEND_WORK, BACKENDS
+from oryxmem.registry import BACKENDS, backend_work
 from oryxmem.service import MemoryService
 from oryxmem.store.db import connect
 from oryxmem.sync.engine import AgentReport
@@ -100,8 +100,8 @@ class Daemon:
         )
         self.indexer = Indexer(MemoryService(self.workspace, self.config, files=service.files))
         self.worker = MemoryWorker(service, self.watcher.schedule, self._mirrored)
-        if self.config.backend in BACKEND_WORK.names():
-            work = BACKEND_WORK.load(self.config.backend)
+        work = backend_work(self.config.backend)
+        if work is not None:
             own = MemoryService(self.workspace, self.config, files=service.files)
             self.backend_work = work(own, self.worker)
         self.readers = Readers(self.workspace, self.config, service.files)

@@ -12,8 +12,8 @@ whose version changed is dropped and rebuilt (its migrations are that simple,
 because everything in it can be made again from the rows). Nothing here is on
 the path that acknowledges a save.
 
-A new index is one file with a ``DerivedIndex`` subclass and one line in
-``oryxmem/registry.py``.
+A new index is one file with a ``DerivedIndex`` subclass, declared as a plugin
+(``oryxmem.registry.Plugin`` under the entry point group ``oryxmem.indexes``).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from oryxmem.config import Config
-from oryxmem.registry import INDEXES
+from oryxmem.registry import INDEXES, index_names
 from oryxmem.store.db import Executes, select_in
 
 if TYPE_CHECKING:
@@ -113,8 +113,9 @@ class IndexState:
 
 
 def load_indexes(config: Config, names: Sequence[str] | None = None) -> dict[str, DerivedIndex]:
-    """Instances of the registered indexes the settings use (all of them, or those named)."""
-    chosen = INDEXES.names() if names is None else names
+    """Instances of the indexes the settings use (the built-in ones and index.plugins',
+    or those named)."""
+    chosen = index_names(str(config.get("index.plugins"))) if names is None else names
     classes = {name: INDEXES.load(name) for name in chosen}
     return {name: cls(config) for name, cls in classes.items() if cls.enabled(config)}
 

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+from typing import cast
 
 from oryxmem.errors import (
+    BackendUnavailableError,
     EmbedderUnavailableError,
     EmptyKeywordError,
     InvalidContentError,
@@ -20,10 +22,9 @@ from oryxmem.errors import (
     SemanticSearchOffError,
 )
 from oryxmem.fileio import FileStat, file_stat
-from oryxmem.index.bm25 import BM25Index
 from oryxmem.index.episodes import EpisodeHit, EpisodeIndex
 from oryxmem.index.keyword import KeywordIndex
-from oryxmem.search import MODES, POOL, Ranked, Ranking, rank
+from oryxmem.search import MODES, POOL, MeaningArm, Ranked, Ranking, WordsArm, rank
 from oryxmem.service.results import RecallResult, SearchHit, SearchResult
 from oryxmem.service.shared import Shared
 from oryxmem.service.upkeep import Upkeep
@@ -95,9 +96,11 @@ class Finding:
         """The ranking by every arm of ``mode``, and a note when it searched by words only
         because the model could not be used."""
         shared, upkeep = self.shared, self.upkeep
-        vectors = None if mode == "keyword" else upkeep.vector_index()
-        bm25 = upkeep.indexes["bm25"]
-        assert isinstance(bm25, BM25Index)
+        words = upkeep.arm("words")
+        if words is None:
+            raise BackendUnavailableError("no index is the words arm of search (bm25)")
+        bm25 = cast(WordsArm, words)
+        vectors = None if mode == "keyword" else cast(MeaningArm | None, upkeep.arm("meaning"))
         try:
             if vectors is not None and shared.index_upkeep and shared.embeds_in_search:
                 for _ in range(SEARCH_EMBED_STEPS):

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from oryxmem.clock import clock_for
 from oryxmem.config import Config
 from oryxmem.errors import UnsafeAgentNameError
-from oryxmem.registry import BACKENDS
+from oryxmem.registry import BACKENDS, backend_migrations
 from oryxmem.store.base import LongTermMemoryStore, StoreLimits, StoreResources
 from oryxmem.store.db import Database, connect
 from oryxmem.store.markdown import MarkdownFiles
@@ -60,7 +60,8 @@ class Shared:
     def db(self) -> Database:
         """The workspace database, opened (and migrated) on first use."""
         if self._db is None:
-            self._db = connect(self.workspace.db_path)
+            own = backend_migrations(self.config.backend)  # the backend's own tables
+            self._db = connect(self.workspace.db_path, [own] if own else ())
         return self._db
 
     @property

@@ -10,6 +10,7 @@ take the rows in again. None of this is on the path that acknowledges a save.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from oryxmem.index import (
@@ -23,7 +24,7 @@ from oryxmem.index import (
     rebuild,
     upcoming,
 )
-from oryxmem.registry import INDEXES, SLOW_INDEXES
+from oryxmem.registry import INDEXES, arm_index, index_names
 from oryxmem.service.shared import Shared
 from oryxmem.store.db import write_transaction
 
@@ -42,10 +43,21 @@ class Upkeep:
     @property
     def indexes(self) -> dict[str, DerivedIndex]:
         """Every registered index the settings use, in the registry's order."""
+        names = self.names
         if not self._all:
-            self._load([name for name in INDEXES.names() if name not in self._loaded])
+            self._load([name for name in names if name not in self._loaded])
             self._all = True
-        return {name: self._loaded[name] for name in INDEXES.names() if name in self._loaded}
+        return {name: self._loaded[name] for name in names if name in self._loaded}
+
+    @cached_property
+    def names(self) -> tuple[str, ...]:
+        """The indexes this workspace keeps: the built-in ones and index.plugins'."""
+        return index_names(str(self.shared.config.get("index.plugins")))
+
+    def arm(self, arm: str) -> DerivedIndex | None:
+        """The index that is the search arm ``arm`` ("words", "meaning"), if one is kept."""
+        name = arm_index(self.names, arm)
+        return None if name is None else self.indexes.get(name)
 
     def _load(self, names: Sequence[str]) -> None:
         self._loaded.update(load_indexes(self.shared.config, names))
@@ -53,9 +65,10 @@ class Upkeep:
     def following_saves(self) -> list[DerivedIndex]:
         """The indexes that take a save's rows in with it; a save alone loads only these."""
         if not self._all:
-            fast = [n for n in INDEXES.names() if n not in SLOW_INDEXES and n not in self._loaded]
+            names = self.names
+            fast = [n for n in names if INDEXES.plugin(n).follows_saves and n not in self._loaded]
             self._load(fast)
-            chosen = [self._loaded[n] for n in INDEXES.names() if n in self._loaded]
+            chosen = [self._loaded[n] for n in names if n in self._loaded]
         else:
             chosen = list(self.indexes.values())
         return [index for index in chosen if index.follows_saves]

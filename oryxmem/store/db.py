@@ -13,7 +13,7 @@ import os
 import sqlite3
 import stat
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -59,12 +59,16 @@ class Executes(Protocol):
     def execute(self, sql: str, parameters: Any = ..., /) -> sqlite3.Cursor: ...
 
 
+# A plugin's migration set: its name, and its steps in order.
+MigrationSet = tuple[str, Sequence[Callable[[Any], None]]]
 BUSY_TIMEOUT_MS = 10_000
 
 
-def connect(path: Path) -> Database:
-    """Open (creating if needed) and migrate the database, WAL and synchronous=FULL."""
-    from oryxmem.store.schema import is_current
+def connect(path: Path, plugin_sets: Sequence[MigrationSet] = ()) -> Database:
+    """Open (creating if needed) and migrate the database, WAL and synchronous=FULL;
+    ``plugin_sets`` are the migrations of a plugin's own tables (a backend's), applied
+    after oryxmem's by the same runner."""
+    from oryxmem.store.schema import MIGRATIONS, SET_NAME, is_current
 
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -78,24 +82,25 @@ def connect(path: Path) -> Database:
         db.execute("PRAGMA synchronous = FULL")
         db.execute("PRAGMA foreign_keys = ON")
         db.execute("PRAGMA recursive_triggers = OFF")
-        if not is_current(conn):
-            migrate(conn)
+        for name, steps in [(SET_NAME, MIGRATIONS), *plugin_sets]:
+            if not is_current(conn, name, steps):
+                migrate(conn, name, steps)
     except (sqlite3.Error, OSError) as error:
         raise StorageError(f"could not open the database {path}: {error}") from error
     return db
 
 
-def migrate(conn: sqlite3.Connection) -> None:
-    """Apply the schema's pending migrations with sqlite-utils, in one write transaction."""
+def migrate(conn: sqlite3.Connection, name: str, steps: Sequence[Callable[[Any], None]]) -> None:
+    """Apply a migration set's pending steps with sqlite-utils, in one write transaction."""
     import sqlite_utils
 
-    from oryxmem.store.schema import migrations
+    from oryxmem.store.schema import migration_set
 
-    steps = migrations()
+    pending = migration_set(name, steps)
     db = sqlite_utils.Database(conn, recursive_triggers=False)
     with write_transaction(db):
-        if steps.pending(db):  # asked again under the write lock: another may have won
-            steps.apply(db)
+        if pending.pending(db):  # asked again under the write lock: another may have won
+            pending.apply(db)
 
 
 def keep_private(path: Path) -> None:

@@ -12,7 +12,7 @@ whether any is pending is read from its own table with sqlite3 (``is_current``).
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -28,28 +28,31 @@ def migration(step: Callable[[Database], None]) -> Callable[[Database], None]:
     return step
 
 
-def migrations() -> Migrations:
-    """The steps as sqlite-utils' migration set."""
+def migration_set(name: str, steps: Sequence[Callable[[Database], None]]) -> Migrations:
+    """The steps as sqlite-utils' migration set ``name`` (oryxmem's, or a plugin's)."""
     from sqlite_utils import Migrations
 
-    steps = Migrations(SET_NAME)
-    for step in MIGRATIONS:
-        steps()(step)
-    return steps
+    found = Migrations(name)
+    for step in steps:
+        found()(step)
+    return found
 
 
-def is_current(conn: sqlite3.Connection) -> bool:
-    """Has every step been applied? (What sqlite-utils' ``pending`` asks, read directly.)"""
+def is_current(
+    conn: sqlite3.Connection, name: str, steps: Sequence[Callable[[Database], None]]
+) -> bool:
+    """Has every step of the set been applied? (What sqlite-utils' ``pending`` asks, read
+    directly, without importing it.)"""
     try:
         applied = {
             row[0]
             for row in conn.execute(
-                "SELECT name FROM _sqlite_migrations WHERE migration_set = ?", [SET_NAME]
+                "SELECT name FROM _sqlite_migrations WHERE migration_set = ?", [name]
             )
         }
     except sqlite3.OperationalError:  # no such table: a new database
         return False
-    return applied >= {step.__name__ for step in MIGRATIONS}
+    return applied >= {step.__name__ for step in steps}
 
 
 @migration
