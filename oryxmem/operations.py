@@ -138,6 +138,26 @@ def _query(name: str, doc: str, key: str | None = None, blank: str | None = None
     return Param(name, "string", "query", doc, required=blank is not None, key=key, blank=blank)
 
 
+def _top_k(doc: str, default: int | None = None) -> Param:
+    return Param(
+        "limit", "integer", "query", doc, default=default, minimum=1, maximum=MAX_RESULTS, key="k"
+    )
+
+
+_SCOPE = Param(
+    "scope",
+    "string",
+    "body",
+    "archival (default): dated notes; core: lasting facts.",
+    default="archival",
+    enum=("archival", "core"),
+)
+_QUESTION = _query(
+    "query",
+    "A question or words to look for.",
+    key="q",
+    blank="give ?q= a question or words to look for",
+)
 _SESSION_ARG = _query("session", "The session whose messages are the history block.")
 _TURNS = Param("turns", "integer", "query", "The last this many messages.", minimum=1)
 _FOR_QUERY = _query("query", "The user's message: the entries most relevant to it are shown.")
@@ -216,14 +236,7 @@ OPERATIONS: tuple[Operation, ...] = (
         "Save an entry: answered once it is durable in MEMORY.md.",
         params=(
             Param("content", "string", "body", "The entry: one self-contained note.", True),
-            Param(
-                "scope",
-                "string",
-                "body",
-                "archival (default): dated notes; core: lasting facts.",
-                default="archival",
-                enum=("archival", "core"),
-            ),
+            _SCOPE,
         ),
         result=SAVED,
         errors=_SAVE_ERRORS,
@@ -255,21 +268,8 @@ OPERATIONS: tuple[Operation, ...] = (
         "An agent's entries ranked for a question, best first, with the score and the"
         " arms that found each.",
         params=(
-            _query(
-                "query",
-                "A question or words to look for.",
-                key="q",
-                blank="give ?q= a question or words to look for",
-            ),
-            Param(
-                "limit",
-                "integer",
-                "query",
-                "At most this many hits (default: recall.limit).",
-                minimum=1,
-                maximum=MAX_RESULTS,
-                key="k",
-            ),
+            _QUESTION,
+            _top_k("At most this many hits (default: recall.limit)."),
             Param(
                 "mode",
                 "string",
@@ -340,22 +340,8 @@ OPERATIONS: tuple[Operation, ...] = (
         "/episodes/search",
         "The rounds of an agent's past sessions that best answer a question.",
         params=(
-            _query(
-                "query",
-                "A question or words to look for.",
-                key="q",
-                blank="give ?q= a question or words to look for",
-            ),
-            Param(
-                "limit",
-                "integer",
-                "query",
-                "At most this many rounds.",
-                default=5,
-                minimum=1,
-                maximum=MAX_RESULTS,
-                key="k",
-            ),
+            _QUESTION,
+            _top_k("At most this many rounds.", default=5),
             _query("exclude", "A session to leave out (the current one)."),
         ),
         result=_object(
@@ -461,14 +447,7 @@ OPERATIONS: tuple[Operation, ...] = (
         " with the time. core: facts that always matter; archival: the rest.",
         params=(
             Param("content", "string", "body", "The memory: one self-contained sentence.", True),
-            Param(
-                "scope",
-                "string",
-                "body",
-                "archival (default): dated notes; core: lasting facts.",
-                default="archival",
-                enum=("archival", "core"),
-            ),
+            _SCOPE,
             _TOOL_AGENT,
             _TOOL_SESSION,
         ),

@@ -71,6 +71,18 @@ class MirrorReport:
         return bool(self.added or self.deleted or self.brought_in or self.removed)
 
 
+@dataclass
+class _Step:
+    """One pass's view of one agent: mem0's memories of entries of ours, the rows, what
+    was agreed, and the report."""
+
+    agent: str
+    ours: dict[str, list[Mem0Memory]]
+    rows: dict[str, Entry]
+    agreed: dict[str, str | None]
+    report: MirrorReport
+
+
 class Mem0Mirror:
     """``save`` None: push only (mem0 brought up to the rows; what other clients did is
     left for a full pass, the daemon's)."""
@@ -131,9 +143,10 @@ class Mem0Mirror:
                 report.brought_in += 1
             rows = self._rows(agent)
             agreed = self._agreed(agent)
-        self._settle_ours(agent, ours, rows, agreed, report)
-        agreed = self._unless_wiped(agent, ours, rows, agreed)
-        self._mirror_rows(agent, ours, rows, agreed, report)
+        step = _Step(agent, ours, rows, agreed, report)
+        self._settle_ours(step)
+        step.agreed = agreed = self._unless_wiped(step)
+        self._mirror_rows(step)
         for entry_id in set(agreed) - set(rows) - set(ours):  # gone on both sides
             self._forget(agent, entry_id)
         if not (report.changed or report.doubles):
@@ -156,15 +169,10 @@ class Mem0Mirror:
                 ours.setdefault(own, []).append(memory)
         return ours, foreign
 
-    def _settle_ours(
-        self,
-        agent: str,
-        ours: dict[str, list[Mem0Memory]],
-        rows: dict[str, Entry],
-        agreed: dict[str, str | None],
-        report: MirrorReport,
-    ) -> None:
+    def _settle_ours(self, step: _Step) -> None:
         """One memory per entry of ours; an entry removed here leaves mem0 too."""
+        agent, ours, rows, agreed = step.agent, step.ours, step.rows, step.agreed
+        report = step.report
         for entry_id, held in ours.items():
             keep, *extra = held
             for memory in extra:  # one entry, two memories: a crash between add and record
@@ -178,15 +186,10 @@ class Mem0Mirror:
                 self._forget(agent, entry_id)
                 report.deleted += 1
 
-    def _unless_wiped(
-        self,
-        agent: str,
-        ours: dict[str, list[Mem0Memory]],
-        rows: dict[str, Entry],
-        agreed: dict[str, str | None],
-    ) -> dict[str, str | None]:
+    def _unless_wiped(self, step: _Step) -> dict[str, str | None]:
         """The agreed memories, or none when mem0 lost all of them at once (a store made
         again: its entries are added again rather than deleted here)."""
+        agent, ours, rows, agreed = step.agent, step.ours, step.rows, step.agreed
         vanished = [e for e in rows if e not in ours and agreed.get(e)]
         if len(vanished) <= WIPE_LEAST or ours:
             return agreed
@@ -200,15 +203,10 @@ class Mem0Mirror:
             self.db.execute("DELETE FROM mem0_agreed WHERE agent = ?", [agent])
         return {}
 
-    def _mirror_rows(
-        self,
-        agent: str,
-        ours: dict[str, list[Mem0Memory]],
-        rows: dict[str, Entry],
-        agreed: dict[str, str | None],
-        report: MirrorReport,
-    ) -> None:
+    def _mirror_rows(self, step: _Step) -> None:
         """Each row mem0 lacks: added to mem0, or (deleted in mem0) removed here."""
+        agent, ours, rows, agreed = step.agent, step.ours, step.rows, step.agreed
+        report = step.report
         for entry_id, entry in rows.items():
             if entry_id in ours:
                 continue

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
 from oryxmem.cli.base import (
     Context,
+    F,
     Progress,
     agent_option,
     cli,
@@ -225,15 +226,32 @@ def show(ctx: Context, agent: str | None, as_json: bool) -> None:
     click.echo("\n".join(_table("归档记忆 archival", data["archival"])))
 
 
+def block_options(func: F) -> F:
+    """--session, --turns and --query: what the memory block and the prompt are made for."""
+    for option in reversed(
+        [
+            click.option("--session", default=None, help="Also this session's last turns."),
+            click.option(
+                "--turns",
+                type=click.IntRange(1),
+                default=None,
+                help="How many turns (memory.max_history_turns).",
+            ),
+            click.option(
+                "--query",
+                "-q",
+                default=None,
+                help="The user's message: the memories most relevant to it too.",
+            ),
+        ]
+    ):
+        func = option(func)
+    return func
+
+
 @cli.command()
 @agent_option
-@click.option("--session", default=None, help="Also give this session's last turns.")
-@click.option(
-    "--turns", type=click.IntRange(1), default=None, help="How many turns (max_history_turns)."
-)
-@click.option(
-    "--query", "-q", default=None, help="the user's message: show the entries most relevant to it"
-)
+@block_options
 @json_option
 @pass_context
 def context(
@@ -269,13 +287,7 @@ def context(
 
 @cli.command()
 @agent_option
-@click.option("--session", default=None, help="Add this session's last turns (block 3).")
-@click.option(
-    "--turns", type=click.IntRange(1), default=None, help="How many turns (max_history_turns)."
-)
-@click.option(
-    "--query", "-q", default=None, help="the user's message: the memories most relevant to it"
-)
+@block_options
 @click.option(
     "--part",
     type=click.Choice(["text", "system", "memory", "tools"]),
