@@ -69,7 +69,7 @@ def save_times(root: Path, saves: int, name: str) -> tuple[list[float], list[flo
 
 def foreign_delays(root: Path, count: int) -> list[float]:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-    from mem0server import mem0_server  # type: ignore[import-not-found]
+    from support.mem0_server import mem0_server  # type: ignore[import-not-found]
 
     delays = []
     with mem0_server(root.parent / "mem0-server") as (url, _):

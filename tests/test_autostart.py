@@ -12,8 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
-from synchelp import wait_until
+from support.processes import run_cli
+from support.sync import wait_until
 
 from oryxmem.config import set_value
 from oryxmem.workspace import Workspace

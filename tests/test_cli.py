@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
+from support.processes import run_cli
 
 from oryxmem.workspace import Workspace
 
@@ -118,7 +118,7 @@ def test_init_is_idempotent_and_keeps_user_files(isolated_paths: Path) -> None:
 def test_history_printed_multiline_content_and_escape_codes_raw(workspace: Workspace) -> None:
     """Regression: history once printed entry content as-is, breaking lines and
     letting a quarantined row's ESC sequence reach the terminal."""
-    from synchelp import sql
+    from support.sync import sql
 
     run_cli("save", "-a", "coder", "-", stdin="line one\nline two")
     run_cli("sync")

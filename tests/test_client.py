@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from daemonhelp import daemon
+from support.daemon import daemon
 
 from oryxmem.client import Client
 from oryxmem.errors import DaemonUnavailableError, InternalError, InvalidFieldError

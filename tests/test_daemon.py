@@ -16,8 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from daemonhelp import RunningDaemon, daemon
-from synchelp import (
+from support.daemon import RunningDaemon, daemon
+from support.sync import (
     Background,
     all_done,
     disagreements,
@@ -480,7 +480,7 @@ def test_systemd_notify_and_socket_activation(
 
 
 def test_cli_falls_back_to_the_stores_when_no_daemon_answers(workspace: Workspace) -> None:
-    from conftest import run_cli
+    from support.processes import run_cli
 
     path = Path(os.environ["ORYXMEM_SOCKET"])
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -514,7 +514,7 @@ def test_a_socket_in_a_shared_directory_leaves_its_mode_alone(
 def test_cli_through_the_daemon_falls_back_on_unsafe_names_like_without(
     shared: RunningDaemon,
 ) -> None:
-    from conftest import run_cli
+    from support.processes import run_cli
 
     env = {"ORYXMEM_ROOT": str(shared.workspace.root), "ORYXMEM_SOCKET": str(shared.socket)}
     done = run_cli("save", "--agent", "../x", "where does this go?", env=env)
@@ -669,7 +669,7 @@ def without_file_permission_override() -> tuple[str, ...]:
 def test_a_memory_file_the_daemon_may_not_read_is_that_agents_409_and_listed_until_fixed(
     workspace: Workspace, tmp_path: Path
 ) -> None:
-    from conftest import run_cli
+    from support.processes import run_cli
 
     assert run_cli("save", "--agent", "locked", "hello").returncode == 0
     assert run_cli("save", "--agent", "open", "hello").returncode == 0

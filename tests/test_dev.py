@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from synchelp import wait_until
+from support.sync import wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 VENV = Path(sys.prefix)

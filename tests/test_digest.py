@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from chatserver import chat_server
+from support.chat_server import chat_server
 
 from oryxmem import summarize
 from oryxmem.config import Config, set_value

@@ -7,8 +7,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
-from daemonhelp import daemon
+from support.daemon import daemon
+from support.processes import run_cli
 
 from oryxmem.client import Client
 from oryxmem.config import Config, set_value

@@ -4,7 +4,7 @@ For each fault: the save is refused with a clear error, MEMORY.md keeps its
 previous bytes (never empty, never half-written), the daemon keeps serving, and
 once the disk is back saves work again and the rows catch up.
 
-- I/O errors come from an LD_PRELOAD shim (faultshim.c, built here with gcc)
+- I/O errors come from an LD_PRELOAD shim (support/faultshim.c, built here with gcc)
   that fails write() or fsync() on MEMORY.md and its temp files while a trigger
   file says so.
 - A full disk is a real 4 MiB tmpfs filled to the brim (skipped where mounting
@@ -21,8 +21,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from daemonhelp import daemon
-from synchelp import disagreements, wait_until
+from support.daemon import daemon
+from support.sync import disagreements, wait_until
 
 from oryxmem.client import Client
 from oryxmem.config import default_config_text
@@ -30,7 +30,7 @@ from oryxmem.errors import StorageError
 from oryxmem.store.format import parse
 from oryxmem.workspace import Workspace, init_workspace
 
-SHIM_SOURCE = Path(__file__).with_name("faultshim.c")
+SHIM_SOURCE = Path(__file__).parent / "support" / "faultshim.c"
 
 
 @pytest.fixture(scope="session")

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from conftest import SAMPLES, SHARED_SAMPLES
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.processes import SAMPLES, SHARED_SAMPLES
 
 from oryxmem.errors import EmptyContentError, InvalidContentError
 from oryxmem.store.format import (

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import run_cli
-from daemonhelp import RunningDaemon, daemon
-from synchelp import sql
+from support.daemon import RunningDaemon, daemon
+from support.processes import run_cli
+from support.sync import sql
 
 from oryxmem.daemon import worker as worker_module
 from oryxmem.daemon.worker import MemoryWorker
@@ -669,7 +669,7 @@ def test_a_save_answered_just_before_a_crash_survives_a_stale_buffer_written_mea
     history that protects them) were committed: they were in neither place. Answered
     saves are noted beside the lock until the rows have them; after the crash they are
     taken into the rows, and reconcile puts them back into the file."""
-    from daemonhelp import start_daemon
+    from support.daemon import start_daemon
 
     running = start_daemon(workspace, tmp_path / "daemon.log")
     assert save_to(running, "crash", "before")[0] == 200

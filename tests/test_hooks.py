@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 import tomlkit
-from conftest import MCP_INITIALIZE, run_cli
-from daemonhelp import daemon
+from support.daemon import daemon
+from support.processes import MCP_INITIALIZE, run_cli
 
 from oryxmem.store.format import parse
 from oryxmem.workspace import Workspace

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import SAMPLES
+from support.processes import SAMPLES
 
 from oryxmem.errors import MemoryFileConflictedError, MemoryFileUnreadableError
 from oryxmem.fileio import AppendIntent, ConcurrentChange, FileLock

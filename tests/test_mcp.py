@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from conftest import MCP_INITIALIZE, run_cli, run_offline
-from daemonhelp import daemon
 from mcp import Client, StdioServerParameters
-from synchelp import sql
+from support.daemon import daemon
+from support.processes import MCP_INITIALIZE, run_cli, run_offline
+from support.sync import sql
 
 from oryxmem.agents.mcp import RESULT_CHARS, MemoryTools, build_server
 from oryxmem.reach import Reach

@@ -12,9 +12,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import run_cli, run_offline
-from daemonhelp import daemon
-from synchelp import sql
+from support.daemon import daemon
+from support.processes import run_cli, run_offline
+from support.sync import sql
 
 from oryxmem.config import Config, set_value
 from oryxmem.registry import backend_migrations
@@ -26,7 +26,7 @@ from oryxmem.workspace import Workspace
 if importlib.util.find_spec("mem0") is None:  # not imported here: oryxmem imports it offline
     pytest.skip("oryxmem[mem0] is not installed", allow_module_level=True)
 
-from mem0server import mem0_endpoint
+from support.mem0_server import mem0_endpoint
 
 from oryxmem.backends.mem0_link import EmbeddedLink, Mem0Link, close_links
 from oryxmem.backends.mem0_mirror import Mem0Mirror
@@ -223,7 +223,7 @@ def test_a_soak_of_saves_edits_mem0_adds_and_deletes_and_sigkill_loses_nothing(
     MEMORY.md and mem0 hold exactly what is expected, each once."""
     import random
 
-    from daemonhelp import start_daemon
+    from support.daemon import start_daemon
 
     from oryxmem.store.format import parse
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import run_cli
-from daemonhelp import daemon
-from synchelp import wait_until
+from support.daemon import daemon
+from support.processes import run_cli
+from support.sync import wait_until
 
 from oryxmem.fileio import AppendIntent, FileLock
 from oryxmem.workspace import Workspace

@@ -14,8 +14,8 @@ from typing import Any
 import click
 import jsonschema
 import pytest
-from daemonhelp import RunningDaemon, daemon
 from openapi_spec_validator import validate
+from support.daemon import RunningDaemon, daemon
 
 from oryxmem.agents.mcp import MemoryTools, build_server
 from oryxmem.cli import cli

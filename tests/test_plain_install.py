@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import run_cli, without_modules
-from daemonhelp import daemon
+from support.daemon import daemon
+from support.processes import run_cli, without_modules
 
 from oryxmem.config import set_value
 from oryxmem.workspace import Workspace

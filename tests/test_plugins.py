@@ -13,9 +13,9 @@ from importlib.metadata import distribution
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
-from daemonhelp import daemon
-from synchelp import sql, wait_until
+from support.daemon import daemon
+from support.processes import run_cli
+from support.sync import sql, wait_until
 
 from oryxmem import registry
 from oryxmem.workspace import Workspace

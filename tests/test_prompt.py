@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import run_cli
-from daemonhelp import daemon
+from support.daemon import daemon
+from support.processes import run_cli
 
 from oryxmem.client import Client
 from oryxmem.config import Config

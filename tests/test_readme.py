@@ -34,7 +34,7 @@ def python_blocks(text: str) -> list[str]:
 
 
 def test_readme_console_examples_run_as_shown(isolated_paths: Path, tmp_path: Path) -> None:
-    from daemonhelp import daemon
+    from support.daemon import daemon
 
     from oryxmem.workspace import Workspace
 

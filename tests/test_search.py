@@ -8,10 +8,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import run_cli, run_offline
-from daemonhelp import RunningDaemon, daemon
-from embedserver import embeddings_server
-from synchelp import Background, sql, wait_until
+from support.daemon import RunningDaemon, daemon
+from support.embed_server import embeddings_server
+from support.processes import run_cli, run_offline
+from support.sync import Background, sql, wait_until
 
 from oryxmem.client import Client
 from oryxmem.config import Config, set_value

@@ -14,8 +14,8 @@ import secrets
 from pathlib import Path
 
 import pytest
-from soak import Soak
-from synchelp import cpu_load
+from support.soak import Soak
+from support.sync import cpu_load
 
 from oryxmem.workspace import Workspace
 

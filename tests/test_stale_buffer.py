@@ -7,8 +7,8 @@ import threading
 from collections import Counter
 from pathlib import Path
 
-from daemonhelp import daemon
-from synchelp import (
+from support.daemon import daemon
+from support.sync import (
     Background,
     cpu_load,
     disagreements,

@@ -8,7 +8,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from synchelp import disagreements, file_items, git, row_items, sql
+from support.sync import disagreements, file_items, git, row_items, sql
 
 from oryxmem.config import Config, set_value
 from oryxmem.service import MemoryService
@@ -324,7 +324,7 @@ def test_deleted_file_empties_the_table_and_restoring_it_refills(
 
 
 def test_check_reports_drift_and_changes_nothing(workspace: Workspace) -> None:
-    from conftest import run_cli
+    from support.processes import run_cli
 
     write(workspace, "coder", f"## 归档记忆\n- [{TS}] a\n")
     assert run_cli("sync").returncode == 0

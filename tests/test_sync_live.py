@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from daemonhelp import wait_for_ready
-from synchelp import Background, disagreements, file_items, git, row_items, sql, wait_until
+from support.daemon import wait_for_ready
+from support.sync import Background, disagreements, file_items, git, row_items, sql, wait_until
 
 from oryxmem.config import Config
 from oryxmem.service import MemoryService
@@ -122,7 +122,7 @@ def test_file_deleted_then_restored_by_git(workspace: Workspace, watcher: Start)
 def test_git_checkout_merge_stash_and_pull_rebase(
     workspace: Workspace, watcher: Start, tmp_path: Path
 ) -> None:
-    from conftest import run_cli
+    from support.processes import run_cli
 
     repo = workspace.root
     git(repo, "init", "-q", "-b", "main")

@@ -8,7 +8,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from synchelp import disagreements, sql, wait_until
+from support.sync import disagreements, sql, wait_until
 
 from oryxmem.sync import watcher as watcher_module
 from oryxmem.sync.watcher import SyncWatcher, agent_for_path

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
+from support.processes import run_cli
 
 from oryxmem.config import Config
 from oryxmem.workspace import Workspace, socket_path

@@ -13,9 +13,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import run_cli
-from daemonhelp import daemon
-from synchelp import sql, wait_until
+from support.daemon import daemon
+from support.processes import run_cli
+from support.sync import sql, wait_until
 
 from oryxmem.store.format import parse
 from oryxmem.workspace import Workspace

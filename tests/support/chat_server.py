@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from loopback import JsonHandler, serving
+from support.loopback import JsonHandler, serving
 
 GARBAGE = {
     "not-json": b"<html>busy</html>",

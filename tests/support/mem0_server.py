@@ -16,11 +16,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from loopback import JsonHandler, serving
-
 from oryxmem.backends.mem0_link import PAGE, EmbeddedLink, HttpLink, Mem0Link
 from oryxmem.config import Config
 from oryxmem.workspace import Workspace
+from support.loopback import JsonHandler, serving
 
 
 @contextmanager

@@ -17,7 +17,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
-from loopback import JsonHandler, serving
+
+from support.loopback import JsonHandler, serving
 
 DIM = 64
 

@@ -29,8 +29,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from daemonhelp import RunningDaemon, start_daemon
-from synchelp import (
+from oryxmem.client import Client
+from oryxmem.errors import OryxError
+from oryxmem.store.format import parse
+from oryxmem.workspace import Workspace
+from support.daemon import RunningDaemon, start_daemon
+from support.sync import (
     Background,
     all_done,
     disagreements,
@@ -40,11 +44,6 @@ from synchelp import (
     storm_of_events,
     watched_scratch_folder,
 )
-
-from oryxmem.client import Client
-from oryxmem.errors import OryxError
-from oryxmem.store.format import parse
-from oryxmem.workspace import Workspace
 
 AGENTS = ["coder", "助手", ""]  # '' is the global file
 TS = "2026-11-30 09:00:00"
