@@ -130,7 +130,7 @@ def number(value: float) -> str:
 
 
 def print_markdown(figures: list[Figure]) -> None:
-    """The table as Markdown, for the README."""
+    """The table as Markdown, for docs/performance.md."""
     print("| figure | median | runs | goal | holds |")
     print("|---|---|---|---|---|")
     for figure in figures:

@@ -6,7 +6,7 @@ read only, a missing one left out; [2] the memory block; [3] the session's last 
 [4] the tools as JSON Schema. As one text and as parts an agent loop can place (the
 system text, the tool definitions).
 
-Without a query the block is DESIGN section 5's: core whole, then the newest archival
+Without a query the block is docs/design.md §5's: core whole, then the newest archival
 entries that fit ``memory.archival_limit_chars``, both headings always. With a query
 (the user's current message) the same archival budget is shared: up to
 RELEVANT_SHARE of it holds the entries a hybrid search ranks best for the query, the

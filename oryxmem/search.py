@@ -1,4 +1,4 @@
-"""Search: the arms, and how their answers are fused into one ranking (DESIGN section 11).
+"""Search: the arms, and how their answers are fused into one ranking (docs/design.md §11).
 
 Two arms answer a query: the ranked keyword arm (index/bm25.py: BM25 over an entry
 and the entries just before it) and the semantic arm (index/vectors.py: cosine
@@ -9,7 +9,7 @@ whose fused score is 0 (the bottom of the scale of the one arm that brought it) 
 not a hit.
 
 Every choice here was kept only because bench/recall_quality.py (the LoCoMo dev
-set: 354 questions over three long conversations) showed it helps; the README
+set: 354 questions over three long conversations) showed it helps; docs/search.md
 has the table. The keyword arm carries most of it (with its context column,
 recall@5 0.641 alone); the semantic arm adds what words miss (0.660 fused), in
 every category, and finds paraphrases words cannot ('what does the user drink'

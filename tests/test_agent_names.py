@@ -1,4 +1,4 @@
-"""Agent names (DESIGN section 4): unsafe ones fall back to the global file, and say so."""
+"""Agent names (docs/design.md §4): unsafe ones fall back to the global file, and say so."""
 
 from __future__ import annotations
 

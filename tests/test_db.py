@@ -1,4 +1,4 @@
-"""The SQLite schema contract (DESIGN section 6), checked with the real sqlite3 shell."""
+"""The SQLite schema contract (docs/design.md §6), checked with the real sqlite3 shell."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The MEMORY.md v1 format: samples, escaping, line edits (DESIGN section 3)."""
+"""The MEMORY.md v1 format: samples, escaping, line edits (docs/design.md §3)."""
 
 from __future__ import annotations
 

@@ -117,7 +117,7 @@ def test_tool_invocations_are_recorded(service: MemoryService) -> None:
 
 def test_sqlite_backend_serves_the_same_calls(workspace: Workspace) -> None:
     """The sqlite backend answers from the rows; a save still lands in MEMORY.md first
-    (DESIGN section 7: acknowledged once durable there), then in the rows."""
+    (docs/design.md §7: acknowledged once durable there), then in the rows."""
     set_value(workspace.config_path, "memory.backend", "sqlite")
     service = MemoryService(workspace, Config.load(workspace.config_path))
     service.save("coder", "fact", "core")

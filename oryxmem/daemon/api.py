@@ -1,4 +1,4 @@
-"""The memory API over HTTP/1.1 (DESIGN section 8): thin aiohttp handlers.
+"""The memory API over HTTP/1.1 (docs/design.md §8): thin aiohttp handlers.
 
 Every reply, errors included, is the envelope ``{code, message, data,
 timestamp}``; ``code`` comes from the one table in errors.py and the HTTP

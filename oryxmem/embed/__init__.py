@@ -1,4 +1,4 @@
-"""Embedders: texts to unit vectors, for the semantic arm of search (DESIGN section 11).
+"""Embedders: texts to unit vectors, for the semantic arm of search (docs/design.md §11).
 
 One small interface, chosen by ``recall.embedder`` among the names registered in
 oryxmem/registry.py. The default runs offline from files installed by pip and

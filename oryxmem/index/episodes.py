@@ -1,4 +1,4 @@
-"""Episodic memory: the rounds of past sessions, a derived index (DESIGN section 12).
+"""Episodic memory: the rounds of past sessions, a derived index (docs/design.md §12).
 
 A round is a user message and the replies up to the next user message (messages
 before a session's first user message make a round of their own), with its session,

@@ -1,4 +1,4 @@
-"""The keyword index: recall's exact substring contract (DESIGN section 4) at any size.
+"""The keyword index: recall's exact substring contract (docs/design.md §4) at any size.
 
 A trigram FTS5 index over casefolded content, so a keyword of three or more
 characters (CJK included) is an index lookup; shorter ones scan the folded
@@ -57,7 +57,7 @@ class KeywordIndex(DerivedIndex):
         return [Hit(row[0], 1.0) for row in rows[:limit]]
 
     def recall(self, db: Executes, agent: str, folded_keyword: str) -> list[Entry]:
-        """Recall (DESIGN section 4): the archival entries holding the keyword, in order."""
+        """Recall (docs/design.md §4): the archival entries holding the keyword, in order."""
         return [entry_from_row(row) for row in self._holding(db, agent, folded_keyword, ARCHIVAL)]
 
     def _holding(self, db: Executes, agent: str, folded: str, scope: str | None) -> list[Any]:

@@ -1,4 +1,4 @@
-"""The long-term memory contract every backend keeps (DESIGN section 4)."""
+"""The long-term memory contract every backend keeps (docs/design.md §4)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The MEMORY.md v1 format (DESIGN section 3) as pure functions.
+"""The MEMORY.md v1 format (docs/design.md §3) as pure functions.
 
 A file is a list of physical lines. Parsing finds the core and archival
 entries in them; editing only ever inserts or deletes whole lines, so every

@@ -1,4 +1,5 @@
-"""The README's console examples run, in order, in a fresh workspace: the first page never lies."""
+"""The README's and the docs' examples run, in reading order, each in a fresh workspace:
+what a page shows is what the commands print."""
 
 from __future__ import annotations
 
@@ -8,7 +9,28 @@ import subprocess
 import sys
 from pathlib import Path
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+
+
+def docs_pages() -> list[Path]:
+    """The pages of docs/ in the order of mkdocs.yml's nav (the reading order)."""
+    import yaml
+
+    nav = yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))["nav"]
+    return [DOCS / next(iter(item.values())) for item in nav]
+
+
+def documents() -> dict[str, str]:
+    return {
+        "README": README.read_text(encoding="utf-8"),
+        "docs": "\n".join(page.read_text(encoding="utf-8") for page in docs_pages()),
+    }
+
+
 TIMESTAMP = re.compile(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}")
 README_ROOT = "/home/ada/project"
 
@@ -33,14 +55,17 @@ def python_blocks(text: str) -> list[str]:
     return re.findall(r"```python\n(.*?)```", text, re.DOTALL)
 
 
-def test_readme_console_examples_run_as_shown(isolated_paths: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("document", ["README", "docs"])
+def test_the_console_examples_run_as_shown(
+    isolated_paths: Path, tmp_path: Path, document: str
+) -> None:
     from support.daemon import daemon
 
     from oryxmem.workspace import Workspace
 
-    text = README.read_text(encoding="utf-8")
+    text = documents()[document]
     blocks = console_blocks(text)
-    assert sum(len(block) for block in blocks) >= 15
+    assert sum(len(block) for block in blocks) >= 10
     env = {
         **os.environ,
         "ORYXMEM_ROOT": str(isolated_paths),
@@ -79,13 +104,13 @@ def test_readme_console_examples_run_as_shown(isolated_paths: Path, tmp_path: Pa
             for code in through_the_daemon:
                 run_python(code)
     others = [code for code in python_blocks(text) if code not in through_the_daemon]
-    assert len(others) + len(through_the_daemon) == len(python_blocks(text)) >= 2
+    assert len(others) + len(through_the_daemon) == len(python_blocks(text)) >= 1
     for code in others:
         run_python(code)
 
 
-def test_readme_describes_the_stderr_of_its_examples(isolated_paths: Path) -> None:
-    text = README.read_text(encoding="utf-8")
+def test_the_docs_describe_the_stderr_of_their_examples(isolated_paths: Path) -> None:
+    text = "\n".join(documents().values())
     env = {**os.environ, "ORYXMEM_ROOT": str(isolated_paths)}
     subprocess.run([sys.executable, "-m", "oryxmem", "init"], env=env, check=True)
     unsafe = subprocess.run(
@@ -115,13 +140,21 @@ def test_readme_opens_with_the_two_setup_commands() -> None:
 
 
 def test_every_test_the_guarantees_name_exists() -> None:
-    """Each promise in the README's Guarantees table points at tests that are there."""
-    text = README.read_text(encoding="utf-8")
-    section = text.split("## Guarantees", 1)[1].split("\n## ", 1)[0]
-    tests_dir = README.parent / "tests"
+    """Each promise in the Guarantees page points at tests that are there."""
+    section = (DOCS / "guarantees.md").read_text(encoding="utf-8")
+    tests_dir = ROOT / "tests"
     named = re.findall(r"`(?:tests/)?(test_\w+\.py)(?:::(test_\w+))?`", section)
     assert len(named) >= 12
     for module, test in named:
         source = (tests_dir / module).read_text(encoding="utf-8")
         if test:
             assert f"def {test}(" in source, f"{module}::{test} is not there"
+
+
+def test_the_readme_is_a_newcomers_five_minutes_and_starts_as_the_docs_do() -> None:
+    text = README.read_text(encoding="utf-8")
+    assert text.count("\n") <= 300
+    first_minute = text.split("\n## Plugging into", 1)[0].rstrip() + "\n"
+    assert first_minute == (DOCS / "index.md").read_text(encoding="utf-8")
+    for link in re.findall(r"\]\((docs/[^)#]+)", text):
+        assert (ROOT / link).is_file(), link
