@@ -141,7 +141,7 @@ def current_umask() -> int:
     return mask
 
 
-def written_in_place_elsewhere(info: os.stat_result) -> bool:
+def held_open_to_write_elsewhere(info: os.stat_result) -> bool:
     """Does another process hold this file open to write at its own offset (O_WRONLY or
     O_RDWR without O_APPEND), as an editor writing it again in pieces does? Such a writer
     would write over an append, or into the inode a rename orphans; one with O_APPEND
@@ -194,19 +194,16 @@ def wait_until_quiet(path: Path, quiet: float, patience: float) -> FileStat | No
             return None
         age = time.time() - info.st_mtime
         left = deadline - time.monotonic()
-        if left <= 0 or (age >= quiet and not written_in_place_elsewhere(info)):
+        if left <= 0 or not is_being_written(info, quiet):
             return FileStat.of(info)
         time.sleep(min(max(quiet - age, 0.02), left) + 0.001)
 
 
-def is_being_written(path: Path, quiet: float) -> bool:
-    """Has someone written the file less than ``quiet`` s ago, or does another process
-    hold it open to write in place (see wait_until_quiet)?"""
-    try:
-        info = os.lstat(path)
-    except FileNotFoundError:
-        return False
-    return time.time() - info.st_mtime < quiet or written_in_place_elsewhere(info)
+def is_being_written(info: os.stat_result, quiet: float) -> bool:
+    """Is someone at work on this file: did it change less than ``quiet`` s ago, or does
+    another process hold it open to write in place? (The one question; wait_until_quiet
+    waits for its answer to be no.)"""
+    return time.time() - info.st_mtime < quiet or held_open_to_write_elsewhere(info)
 
 
 def atomic_write(

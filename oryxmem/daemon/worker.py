@@ -306,7 +306,7 @@ class MemoryWorker:
             agent = jobs[0].ref.agent
             if agent in self._deferred:
                 self._deferred[agent][1].extend(jobs)  # behind the ones put off before
-            elif self.service.being_written(jobs[0].ref):
+            elif self.service.others_are_writing(jobs[0].ref):
                 self._deferred[agent] = (time.monotonic(), jobs)
             else:
                 ready.append(jobs)
@@ -321,7 +321,7 @@ class MemoryWorker:
         self._deferred_checked_at = now
         ready = []
         for agent, (since, jobs) in list(self._deferred.items()):
-            if now - since >= patience or not self.service.being_written(jobs[0].ref):
+            if now - since >= patience or not self.service.others_are_writing(jobs[0].ref):
                 del self._deferred[agent]
                 ready.append(jobs)
         if ready:

@@ -191,8 +191,8 @@ class MemoryService:
     def save_batch(self, ref: AgentRef, requests: Sequence[SaveRequest]) -> SaveBatch:
         return self.saving.save_batch(ref, requests)
 
-    def being_written(self, ref: AgentRef) -> bool:
-        return self.saving.being_written(ref)
+    def others_are_writing(self, ref: AgentRef) -> bool:
+        return self.saving.others_are_writing(ref)
 
     def prepare_batch(self, ref: AgentRef, requests: Sequence[SaveRequest]) -> SaveBatch:
         return self.saving.prepare_batch(ref, requests)

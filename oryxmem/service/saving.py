@@ -123,12 +123,12 @@ class Saving:
         self.mirror_saves(indexes_follow=True)
         return batch
 
-    def being_written(self, ref: AgentRef) -> bool:
+    def others_are_writing(self, ref: AgentRef) -> bool:
         """Is another program at work on this agent's MEMORY.md (an editor writing it
         again in place)? A save to it now would wait until it is done."""
         try:
             self.shared.check_folder(ref)
-            return self.shared.files.get(ref.agent).being_written_by_others()
+            return self.shared.files.get(ref.agent).others_are_writing()
         except (OryxError, OSError):
             return False  # the save itself says what is wrong
 
@@ -141,7 +141,7 @@ class Saving:
         except OryxError as error:
             batch.outcomes = [error] * len(requests)
             return batch
-        if batch.store.being_written_by_others():  # this write will wait for quiet:
+        if batch.store.others_are_writing():  # this write will wait for quiet:
             self.mirror_saves()  # what was saved before is in the rows first, whatever comes
         for index, request in enumerate(requests):
             try:

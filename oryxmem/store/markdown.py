@@ -235,20 +235,25 @@ class MarkdownMemoryStore(LongTermMemoryStore):
 
     # --- for callers that hold the lock across a longer operation (sync) ------
 
-    def written_by_others(self) -> bool:
+    def left_by_others(self) -> bool:
         """Is the file as someone else (an editor, git) left it, not as oryxmem did?"""
         stat = file_stat(self.path)
         if stat is None or stat == self.written_key:
             return False
         with self.lock.hold():
-            return self._written_by_others(stat)
+            return self._left_by_others(stat)
 
-    def being_written_by_others(self) -> bool:
+    def others_are_writing(self) -> bool:
         """Is someone else at work on the file: it wrote it less than QUIET_SECONDS ago,
         or holds it open to write in place? A write now would wait."""
-        return self.written_by_others() and is_being_written(self.path, QUIET_SECONDS)
+        if not self.left_by_others():
+            return False
+        try:
+            return is_being_written(os.lstat(self.path), QUIET_SECONDS)
+        except FileNotFoundError:
+            return False
 
-    def _written_by_others(self, key: FileStat | None) -> bool:
+    def _left_by_others(self, key: FileStat | None) -> bool:
         """Is this file as someone else left it (an editor, git)? Not as this process's
         last write left it, nor as another oryxmem process did (it notes what it left,
         and is done when it lets go of the lock); the caller holds the lock."""
@@ -305,7 +310,7 @@ class MarkdownMemoryStore(LongTermMemoryStore):
         Raises ConcurrentChange when the file changes under the write."""
         cached = self._parseable_locked()
         before = cached.key
-        after_others = self._written_by_others(before) or (
+        after_others = self._left_by_others(before) or (
             before is None and self.lock.last_written() is not None
         )
         return self._write_locked(cached, additions, ()), before, after_others
@@ -320,7 +325,7 @@ class MarkdownMemoryStore(LongTermMemoryStore):
         # Someone else wrote it last (an editor, git)? One that truncated it and is writing
         # it again in pieces is at work still: a rename now would leave it writing into
         # the replaced inode, an append would be written over. So: once it is quiet.
-        if self._written_by_others(key):
+        if self._left_by_others(key):
             now = time.monotonic()
             if self._waiting_since is None or now - self._waiting_since > 10 * QUIET_PATIENCE:
                 self._waiting_since = now  # a new spell: the patience is for all its retries
@@ -365,7 +370,7 @@ class MarkdownMemoryStore(LongTermMemoryStore):
 
         # Someone else wrote it last: keep the inode this replaces, to take in what an
         # editor still writing in place writes into it (store/orphans.py).
-        kept = self._keep_open(cached.key) if self._written_by_others(cached.key) else None
+        kept = self._keep_open(cached.key) if self._left_by_others(cached.key) else None
         try:
             info = atomic_write(self.path, text.encode("utf-8"), before_replace=still_as_read)
         except BaseException:

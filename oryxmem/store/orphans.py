@@ -16,7 +16,7 @@ import time
 from collections.abc import Collection
 from dataclasses import dataclass
 
-from oryxmem.fileio import FileStat, written_in_place_elsewhere
+from oryxmem.fileio import FileStat, is_being_written
 from oryxmem.store.format import Entry, MemoryDocument, apply_edits, parse
 
 # How long an orphan nobody writes is kept open, and how quiet one that was written
@@ -48,7 +48,7 @@ class Orphan:
             return None if now > self.until else False
         if now > self.until:  # written, then held open and untouched for long: take it
             return True
-        return time.time() - info.st_mtime >= QUIET_SECONDS and not written_in_place_elsewhere(info)
+        return not is_being_written(info, QUIET_SECONDS)
 
     def text(self) -> str:
         """The orphan's bytes as text (undecodable bytes replaced: it is read to be merged,
