@@ -1,9 +1,8 @@
 """The daemon's indexer thread: the slow derived indexes (the vectors, the episodes of
 past sessions), off the save path.
 
-It has its own connection and runs MemoryService.embed_step and episodes_step until
-nothing is left:
-each step embeds the rows of one batch with no lock held, then takes them in with
+It has its own connection and uses one room of its service, Upkeep: embed_step and
+episodes_step until nothing is left; each step embeds the rows of one batch with no lock held, then takes them in with
 a short write. It runs at a lower priority (nice 10, inherited by the threads that
 embed for it), so the memory thread's saves and searches go first on a busy
 machine. It is woken when saves were mirrored, a reconcile changed rows or a message
@@ -35,6 +34,7 @@ class Indexer(Background):
             idle_seconds=RESCAN_SECONDS,
             retry_seconds=RETRY_SECONDS,
         )
+        self.upkeep = service.upkeep  # the one room it uses
         self.taken = 0
 
     def on_start(self) -> None:
@@ -44,7 +44,7 @@ class Indexer(Background):
             log.info("the indexer keeps its priority: %s", error)
 
     def step(self) -> bool:
-        taken = self.service.embed_step() if self.service.vector_index() else 0
-        taken += self.service.episodes_step()
+        taken = self.upkeep.embed_step() if self.upkeep.vector_index() else 0
+        taken += self.upkeep.episodes_step()
         self.taken += taken
         return taken > 0
