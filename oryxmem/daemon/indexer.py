@@ -2,11 +2,12 @@
 past sessions), off the save path.
 
 It has its own connection and uses one room of its service, Upkeep: embed_step and
-episodes_step until nothing is left; each step embeds the rows of one batch with no lock held, then takes them in with
-a short write. It runs at a lower priority (nice 10, inherited by the threads that
-embed for it), so the memory thread's saves and searches go first on a busy
-machine. It is woken when saves were mirrored, a reconcile changed rows or a message
-was added to a session, and looks on its own every RESCAN_SECONDS.
+episodes_step until nothing is left; each step embeds the rows of one batch with no
+lock held, then takes them in with a short write. It runs at a lower priority (nice
+10, inherited by the threads that embed for it), so the memory thread's saves and
+searches go first on a busy machine. It is woken when saves were mirrored, a reconcile
+changed rows or a message was added to a session, and looks on its own every
+RESCAN_SECONDS.
 """
 
 from __future__ import annotations
