@@ -249,7 +249,7 @@ class Client:
         query = {
             param.wire: _query_text(args[param.name])
             for param in operation.of("query")
-            if args.get(param.name) is not None and args.get(param.name) is not False
+            if _sent(args.get(param.name))
         }
         if query:
             path += "?" + urllib.parse.urlencode(query)
@@ -360,6 +360,11 @@ class Client:
     def session_messages(self, session: str, turns: int | None = None) -> dict[str, Any]:
         """A session's messages, oldest first (the last ``turns``)."""
         return dict(self.call("session_messages", session=session, turns=turns))
+
+
+def _sent(value: Any) -> bool:
+    """Does a query argument go on the wire? Not when absent (None) or a flag left off."""
+    return value is not None and value is not False
 
 
 def _query_text(value: Any) -> str:

@@ -38,6 +38,7 @@ class Upkeep:
         self.shared = shared
         self._loaded: dict[str, DerivedIndex] = {}  # by name, each made once
         self._all = False
+        self._arms: dict[str, str | None] = {}  # search arm -> the index that is it
         self._episodes: EpisodeIndex | None = None
 
     @property
@@ -56,7 +57,9 @@ class Upkeep:
 
     def arm(self, arm: str) -> DerivedIndex | None:
         """The index that is the search arm ``arm`` ("words", "meaning"), if one is kept."""
-        name = arm_index(self.names, arm)
+        if arm not in self._arms:  # which index is which arm does not change: asked once
+            self._arms[arm] = arm_index(self.names, arm)
+        name = self._arms[arm]
         return None if name is None else self.indexes.get(name)
 
     def _load(self, names: Sequence[str]) -> None:
