@@ -10,7 +10,7 @@ import json
 import re
 from typing import Any
 
-from oryxmem.config import SETTINGS
+from oryxmem.config import all_settings
 from oryxmem.operations import OPERATIONS
 
 OPERATIONS_MARK = re.compile(r"<!-- the operations:[^>]*-->")
@@ -37,7 +37,7 @@ def operations_table() -> str:
 
 def settings_table() -> str:
     rows = ["| key | default | meaning |", "|---|---|---|"]
-    for setting in SETTINGS:
+    for setting in all_settings():
         default = json.dumps(setting.default, ensure_ascii=False)
         restart = " (a running daemon takes it when it restarts)" if setting.restart else ""
         rows.append(f"| `{setting.key}` | `{default}` | {_cell(setting.help)}{restart} |")

@@ -8,33 +8,13 @@ from __future__ import annotations
 
 import tomllib
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from oryxmem.errors import InvalidConfigError
 from oryxmem.fileio import atomic_write
-from oryxmem.registry import BACKENDS, EMBEDDERS, Registry
-
-
-@dataclass(frozen=True)
-class Setting:
-    key: str
-    default: Any
-    kind: type
-    help: str
-    check: Callable[[Any], str | None] = lambda value: None
-    # A running daemon takes this setting only when it starts again (it chose its
-    # socket, backend or embedder then); every other setting it takes within a second.
-    restart: bool = False
-
-
-def _positive(value: Any) -> str | None:
-    return None if value > 0 else "must be greater than 0"
-
-
-def _not_negative(value: Any) -> str | None:
-    return None if value >= 0 else "must be 0 or more"
+from oryxmem.registry import BACKENDS, EMBEDDERS, Registry, backend_settings
+from oryxmem.settings import Setting, not_negative, one_of, positive
 
 
 def _known(registry: Registry) -> Callable[[Any], str | None]:
@@ -44,13 +24,6 @@ def _known(registry: Registry) -> Callable[[Any], str | None]:
         if value in registry:
             return None
         return f"must be one of {', '.join(registry.names())}, or an installed plugin's"
-
-    return check
-
-
-def _one_of(*choices: str) -> Callable[[Any], str | None]:
-    def check(value: Any) -> str | None:
-        return None if value in choices else f"must be one of {', '.join(choices)}"
 
     return check
 
@@ -70,35 +43,35 @@ SETTINGS: tuple[Setting, ...] = (
         4000,
         int,
         "characters of the newest archival entries injected into a prompt",
-        _positive,
+        positive,
     ),
     Setting(
         "memory.footprint_max_chars",
         200,
         int,
         "each side of an automatic footprint line is cut to this many characters",
-        _positive,
+        positive,
     ),
     Setting(
         "memory.max_history_turns",
         20,
         int,
         "session turns returned as history; a turn starts at a user message",
-        _positive,
+        positive,
     ),
     Setting(
         "memory.max_content_chars",
         32768,
         int,
         "the longest content one entry may hold",
-        _positive,
+        positive,
     ),
     Setting(
         "memory.timezone",
         "local",
         str,
         "entry timestamps in local wall-clock time or UTC",
-        _one_of("local", "UTC"),
+        one_of("local", "UTC"),
     ),
     Setting(
         "memory.recall",
@@ -106,14 +79,14 @@ SETTINGS: tuple[Setting, ...] = (
         str,
         "what recall and the recall_memory tool answer: hybrid (ranked by meaning and words,"
         " best first) or keyword (every archival entry holding the keyword, oldest first)",
-        _one_of("hybrid", "keyword"),
+        one_of("hybrid", "keyword"),
     ),
     Setting(
         "recall.limit",
         10,
         int,
         "entries a hybrid recall or a search returns unless asked for another number",
-        _positive,
+        positive,
     ),
     Setting(
         "recall.embedder",
@@ -137,7 +110,7 @@ SETTINGS: tuple[Setting, ...] = (
         2,
         int,
         "processor threads the built-in embedder may use",
-        _positive,
+        positive,
         restart=True,
     ),
     Setting(
@@ -166,7 +139,7 @@ SETTINGS: tuple[Setting, ...] = (
         1500,
         int,
         "characters of rounds of other sessions a memory block built for a query holds",
-        _positive,
+        positive,
     ),
     Setting(
         "summarize.digest_percent",
@@ -195,7 +168,7 @@ SETTINGS: tuple[Setting, ...] = (
         5,
         int,
         "how long a block waits for the model's digest before it uses the offline one",
-        _positive,
+        positive,
     ),
     Setting(
         "prompt.bootstrap_files",
@@ -203,37 +176,6 @@ SETTINGS: tuple[Setting, ...] = (
         str,
         "files under .oryxos/ that a prompt's first block holds after AGENT.md, comma-separated"
         " (read only; a missing one is left out)",
-    ),
-    Setting(
-        "mem0.transport",
-        "embedded",
-        str,
-        "with memory.backend = mem0: embedded (a mem0.Memory in the daemon, its store under"
-        " .oryxos/mem0/) or http (a self-hosted mem0 server at mem0.url)",
-        _one_of("embedded", "http"),
-        restart=True,
-    ),
-    Setting(
-        "mem0.url",
-        "",
-        str,
-        "for mem0.transport = http: the server, e.g. http://127.0.0.1:8888",
-        restart=True,
-    ),
-    Setting(
-        "mem0.api_key_env",
-        "",
-        str,
-        "for mem0.transport = http: the environment variable that holds its API key, if any",
-        restart=True,
-    ),
-    Setting(
-        "mem0.poll_seconds",
-        1,
-        int,
-        "how often the daemon looks for what other mem0 clients added or deleted",
-        _positive,
-        restart=True,
     ),
     Setting(
         "daemon.socket",
@@ -256,14 +198,14 @@ SETTINGS: tuple[Setting, ...] = (
         int,
         "a daemon that was started in the background stops after this many minutes without"
         " a request (0: never); one you start yourself runs until stopped",
-        _not_negative,
+        not_negative,
     ),
     Setting(
         "daemon.client_timeout_seconds",
         10,
         int,
         "a connection that sends no complete request for this long is closed",
-        _positive,
+        positive,
         restart=True,
     ),
     Setting(
@@ -273,18 +215,45 @@ SETTINGS: tuple[Setting, ...] = (
         "an entry oryxmem wrote (a save, a row another program inserted, a put-back) that a"
         " file written from an older editor buffer lacks is put back, as often as that"
         " happens, while its last write is at most this old (0: never)",
-        _not_negative,
+        not_negative,
     ),
 )
 _BY_KEY = {setting.key: setting for setting in SETTINGS}
 
 
+def plugin_settings(backend: str) -> tuple[Setting, ...]:
+    """The keys a backend declares (mem0's; a plugin's), each under ``[backend]``."""
+    declared = tuple(backend_settings(backend))
+    for item in declared:
+        if not isinstance(item, Setting) or not item.key.startswith(f"{backend}."):
+            raise InvalidConfigError(
+                f"the backend {backend!r} declares {item!r}: not a Setting under [{backend}]"
+            )
+    return declared
+
+
+def all_settings(backend: str | None = None) -> tuple[Setting, ...]:
+    """oryxmem's keys, every built-in backend's, and those of ``backend`` (a plugin)."""
+    names = [*BACKENDS.names(), *([backend] if backend and backend not in BACKENDS.names() else [])]
+    return SETTINGS + tuple(item for name in names for item in plugin_settings(name))
+
+
 def setting(key: str) -> Setting:
-    try:
-        return _BY_KEY[key]
-    except KeyError:
-        known = ", ".join(_BY_KEY)
-        raise InvalidConfigError(f"unknown config key {key!r}; known keys: {known}") from None
+    """The key's Setting: oryxmem's own, or one the backend named by its section declares
+    (a key of no known backend's section reads no installed package's entry points)."""
+    found = _BY_KEY.get(key)
+    if found is not None:
+        return found
+    section = key.partition(".")[0]
+    if section not in _SECTIONS and section in BACKENDS:
+        for item in plugin_settings(section):
+            if item.key == key:
+                return item
+    known = ", ".join(item.key for item in all_settings())
+    raise InvalidConfigError(f"unknown config key {key!r}; known keys: {known}")
+
+
+_SECTIONS = {item.key.partition(".")[0] for item in SETTINGS}
 
 
 def default_config_text() -> str:
@@ -297,7 +266,7 @@ def default_config_text() -> str:
         tomlkit.comment("oryxmem configuration. 'oryxmem config set KEY VALUE' keeps comments.")
     )
     tables: dict[str, Table] = {}
-    for item in SETTINGS:
+    for item in all_settings():
         section, name = item.key.split(".", 1)
         if section not in tables:
             tables[section] = tomlkit.table()
@@ -374,7 +343,8 @@ class Config:
 
     def differing(self, other: Config) -> list[Setting]:
         """The settings whose values differ between this configuration and another."""
-        return [item for item in SETTINGS if self.get(item.key) != other.get(item.key)]
+        every = all_settings(self.backend)
+        return [item for item in every if self.get(item.key) != other.get(item.key)]
 
     def take_live(self, fresh: Config) -> tuple[list[Setting], list[Setting]]:
         """Take the settings of ``fresh`` (config.toml read again) that can change while
@@ -389,7 +359,7 @@ class Config:
         return taken, [item for item in changed if item.restart]
 
     def as_dict(self) -> dict[str, Any]:
-        return {item.key: self.get(item.key) for item in SETTINGS}
+        return {item.key: self.get(item.key) for item in all_settings(self.backend)}
 
     @property
     def backend(self) -> str:

@@ -4,7 +4,7 @@ limits, where they travel), the shape of its result and the errors it may answer
 The daemon's routes and their argument checks (daemon/api.py), the Python ``Client``,
 the agent tools' JSON Schemas (schemas.py) and ``GET /api/v1/openapi.json`` (openapi.py)
 are made from this table; the CLI's options and the MCP tools are checked against it
-(tests/test_operations.py). An argument is added here, and in the code that uses it.
+(tests/daemon/test_operations.py). An argument is added here, and in the code that uses it.
 
 This module is data: it imports nothing of oryxmem but the error table.
 """

@@ -37,11 +37,18 @@ class Plugin:
     # migrations of its own tables, applied by the one migration runner (store/db.py).
     work: str | None = None
     migrations: str | None = None
+    # A backend's keys in config.toml: "module:attribute" of a sequence of
+    # oryxmem.settings.Setting, each under a section named for the backend ("mem0.url").
+    settings: str | None = None
     # An index's: whether a save takes its rows in at once (else the daemon's indexer,
     # or a search alone, fills it: a save never loads it), and the search arm it is
     # ("words": ranked by its words; "meaning": scored by similarity), if any.
     follows_saves: bool = True
     arm: str | None = None
+    # What an index is made from: "rows" (memory_entries, through the change log: an
+    # oryxmem.index.DerivedIndex) or "sessions" (the messages of past sessions: an
+    # oryxmem.index.SessionIndex, whose arm is "episodes").
+    source: str = "rows"
     extra: str | None = None  # the pip extra it needs, for the message when it is missing
 
 
@@ -134,6 +141,7 @@ MEM0 = Plugin(
     "oryxmem.backends.mem0:Mem0MemoryStore",
     work="oryxmem.daemon.mem0sync:Mem0Sync",
     migrations="oryxmem.backends.mem0_tables:MIGRATIONS",
+    settings="oryxmem.backends.mem0_settings:SETTINGS",
     extra="mem0",
 )
 BACKENDS = Registry(
@@ -147,7 +155,14 @@ BACKENDS = Registry(
 KEYWORD = Plugin("oryxmem.index.keyword:KeywordIndex")
 BM25 = Plugin("oryxmem.index.bm25:BM25Index", arm="words")
 VECTORS = Plugin("oryxmem.index.vectors:VectorIndex", follows_saves=False, arm="meaning")
-INDEXES = Registry("index", INDEXES_GROUP, {"keyword": KEYWORD, "bm25": BM25, "vectors": VECTORS})
+EPISODES = Plugin(
+    "oryxmem.index.episodes:EpisodeIndex", follows_saves=False, arm="episodes", source="sessions"
+)
+INDEXES = Registry(
+    "index",
+    INDEXES_GROUP,
+    {"keyword": KEYWORD, "bm25": BM25, "vectors": VECTORS, "episodes": EPISODES},
+)
 
 # What turns text into vectors for the semantic arm (recall.embedder; 'none' turns it off).
 MINILM = Plugin("oryxmem.embed.minilm:MiniLM")
@@ -176,11 +191,24 @@ def backend_migrations(name: str) -> tuple[str, list[Any]] | None:
     return f"oryxmem.backend.{name}", list(steps)
 
 
+def backend_settings(name: str) -> list[Any]:
+    """The settings the backend ``name`` declares (oryxmem.settings.Setting each)."""
+    declared = BACKENDS.plugin(name)
+    if declared.settings is None:
+        return []
+    return list(load_target(declared.settings, f"settings of the backend {name!r}"))
+
+
 def index_names(plugins: str) -> tuple[str, ...]:
     """The indexes a workspace uses: the built-in ones, and the plugins ``index.plugins``
     names (separated by commas or spaces)."""
     chosen = [name for name in plugins.replace(",", " ").split() if name]
     return (*INDEXES.names(), *(name for name in chosen if name not in INDEXES.names()))
+
+
+def indexes_of(names: tuple[str, ...], source: str) -> tuple[str, ...]:
+    """Those of ``names`` made from ``source`` ("rows" or "sessions")."""
+    return tuple(name for name in names if INDEXES.plugin(name).source == source)
 
 
 def arm_index(names: tuple[str, ...], arm: str) -> str | None:

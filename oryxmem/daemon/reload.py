@@ -16,7 +16,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from oryxmem.config import SETTINGS, Config
+from oryxmem.config import Config, all_settings
 from oryxmem.errors import InvalidConfigError
 from oryxmem.fileio import FileStat, file_stat
 
@@ -73,7 +73,9 @@ class ConfigFollower:
             "reloads": self.reloads,
             # what the settings that need a restart were when it started
             "fixed_at_start": {
-                item.key: self.running.get(item.key) for item in SETTINGS if item.restart
+                item.key: self.running.get(item.key)
+                for item in all_settings(self.running.backend)
+                if item.restart
             },
             "problem": self.problem,
             "restart_needed": [

@@ -209,13 +209,17 @@ class MemoryWorker:
         assert isinstance(job.future, asyncio.Future)
         return job.future
 
-    def flush(self) -> None:
-        """Wait until every save acknowledged so far is mirrored into the rows.
+    def flush(self) -> set[str]:
+        """Mirror every save acknowledged so far into the rows; gives the agents whose
+        saves are still not there (the database was locked a moment too long).
 
-        The sync thread calls this before it reconciles, so the history of every
-        acknowledged save is in place when a stale editor buffer is judged. Once
-        stopping, the thread has mirrored everything on its way out."""
-        self.call(lambda service: None).exception()
+        The sync thread calls this before it reconciles and holds those agents back, so
+        the history of every acknowledged save is in place when a stale editor buffer is
+        judged. Once stopping, the thread has mirrored everything on its way out."""
+        future = self.call(lambda service: service.unmirrored_agents)
+        if future.exception() is not None:
+            return set()
+        return set(future.result())
 
     def indexes_changed(self) -> None:
         """Rows changed behind the service's back (a reconcile): let the indexes follow."""
@@ -238,7 +242,9 @@ class MemoryWorker:
                 self._index_step()
             oldest = self.service.unmirrored_since
             if oldest is not None:
-                wait = min(MIRROR_IDLE_SECONDS, oldest + MIRROR_MAX_AGE_SECONDS - time.monotonic())
+                now = time.monotonic()
+                wait = min(MIRROR_IDLE_SECONDS, oldest + MIRROR_MAX_AGE_SECONDS - now)
+                wait = max(wait, self.service.mirror_not_before - now)  # after a failure
             elif self._indexes_behind:
                 wait = INDEX_IDLE_SECONDS
             elif self._deferred:
@@ -329,6 +335,8 @@ class MemoryWorker:
             self._guarded(every, partial(self._save_groups, ready))
 
     def _run_call(self, job: _Call) -> None:
+        if not job.future.set_running_or_notify_cancel():
+            return  # its caller went away (a client that hung up) before it began
         try:
             job.future.set_result(job.work(self.service))
         except OryxError as error:

@@ -13,7 +13,9 @@ because everything in it can be made again from the rows). Nothing here is on
 the path that acknowledges a save.
 
 A new index is one file with a ``DerivedIndex`` subclass, declared as a plugin
-(``oryxmem.registry.Plugin`` under the entry point group ``oryxmem.indexes``).
+(``oryxmem.registry.Plugin`` under the entry point group ``oryxmem.indexes``). An
+index made from the messages of past sessions rather than the rows (the episodes)
+is a ``SessionIndex``, declared with ``source="sessions"``.
 """
 
 from __future__ import annotations
@@ -21,10 +23,10 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from oryxmem.config import Config
-from oryxmem.registry import INDEXES, index_names
+from oryxmem.registry import INDEXES, index_names, indexes_of
 from oryxmem.store.db import Executes, select_in
 
 if TYPE_CHECKING:
@@ -105,6 +107,29 @@ class DerivedIndex(ABC):
         return []
 
 
+class SessionIndex(Protocol):
+    """An index made from the sessions' messages (sessions.messages_json), not the rows:
+    it keeps its own note of how far it has read each session. Built by its class's
+    ``for_embedder(embedder or None)``; searched as the "episodes" arm."""
+
+    def ensure(self, db: Database) -> None:
+        """Its tables, made (again) when missing or made for another version."""
+
+    def drop(self, db: Database) -> None:
+        """Drop its tables: made again from the sessions."""
+
+    def pending(self, db: Executes) -> int:
+        """How many sessions changed since it last read them."""
+
+    def catch_up(self, db: Database) -> int:
+        """Read one batch of the changed sessions; 0: it is current."""
+
+    def search(
+        self, db: Executes, agent: str, query: str, k: int, exclude_session: str | None
+    ) -> list[Any]:
+        """The agent's best rounds for the query, best first."""
+
+
 @dataclass(frozen=True)
 class IndexState:
     identity: int
@@ -115,7 +140,8 @@ class IndexState:
 def load_indexes(config: Config, names: Sequence[str] | None = None) -> dict[str, DerivedIndex]:
     """Instances of the indexes the settings use (the built-in ones and index.plugins',
     or those named)."""
-    chosen = index_names(str(config.get("index.plugins"))) if names is None else names
+    every = index_names(str(config.get("index.plugins")))
+    chosen = indexes_of(every, "rows") if names is None else names
     classes = {name: INDEXES.load(name) for name in chosen}
     return {name: cls(config) for name, cls in classes.items() if cls.enabled(config)}
 

@@ -127,6 +127,17 @@ class EpisodeIndex:
         self.embed_query = embed_query
         self.identity = f"{VERSION}\n{model}"
 
+    @classmethod
+    def for_embedder(cls, embedder: Any | None) -> EpisodeIndex:
+        """Rounds embedded by the memories' embedder (oryxmem.embed), or by words only."""
+        if embedder is None:
+            return cls(None, None)
+        return cls(
+            lambda texts: embedder.embed(list(texts), "passage"),
+            embedder.query_vector,
+            embedder.model_id,
+        )
+
     # --- tables -------------------------------------------------------------------
 
     def ensure(self, db: Database) -> None:

@@ -44,8 +44,8 @@ from oryxmem.store.format import ARCHIVAL
 from oryxmem.workspace import AgentRef, Workspace, open_workspace
 
 if TYPE_CHECKING:
-    from oryxmem.index import DerivedIndex
-    from oryxmem.index.episodes import EpisodeHit, EpisodeIndex
+    from oryxmem.index import DerivedIndex, SessionIndex
+    from oryxmem.index.episodes import EpisodeHit
     from oryxmem.index.vectors import VectorIndex
     from oryxmem.prompt import ArchivalPart, Prompt
     from oryxmem.service.finding import Finding
@@ -212,6 +212,14 @@ class MemoryService:
         return self.saving.unmirrored_since
 
     @property
+    def unmirrored_agents(self) -> list[str]:
+        return self.saving.unmirrored_agents
+
+    @property
+    def mirror_not_before(self) -> float:
+        return self.saving.mirror_not_before
+
+    @property
     def saves(self) -> int:
         return self.saving.saves
 
@@ -277,7 +285,7 @@ class MemoryService:
         return self.upkeep.index_summary()
 
     @property
-    def episodes(self) -> EpisodeIndex:
+    def episodes(self) -> SessionIndex | None:
         return self.upkeep.episodes
 
     def episodes_step(self) -> int:

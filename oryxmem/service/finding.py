@@ -22,7 +22,7 @@ from oryxmem.errors import (
     SemanticSearchOffError,
 )
 from oryxmem.fileio import FileStat, file_stat
-from oryxmem.index.episodes import EpisodeHit, EpisodeIndex
+from oryxmem.index.episodes import EpisodeHit
 from oryxmem.index.keyword import KeywordIndex
 from oryxmem.search import MODES, POOL, MeaningArm, Ranked, Ranking, WordsArm, rank
 from oryxmem.service.results import RecallResult, SearchHit, SearchResult
@@ -226,14 +226,17 @@ class Finding:
             raise EmptyKeywordError("the search query is empty")
         if has_lone_surrogate(query):
             raise InvalidContentError("the search query holds a lone surrogate (not Unicode)")
+        episodes = upkeep.episodes
+        if episodes is None:
+            return []
         if shared.index_upkeep:  # alone: the sessions appended since are taken in first
             while upkeep.episodes_step():
                 pass
         else:
-            upkeep.episodes.ensure(shared.db)
+            episodes.ensure(shared.db)
         try:
-            return upkeep.episodes.search(shared.db, ref.agent, query, k, exclude_session)
+            return episodes.search(shared.db, ref.agent, query, k, exclude_session)
         except EmbedderUnavailableError as error:
             log.warning("episodes searched by words only: %s", error.message)
-            words = EpisodeIndex(None, None, "")
-            return words.search(shared.db, ref.agent, query, k, exclude_session)
+            words = type(episodes).for_embedder(None)  # type: ignore[attr-defined]
+            return list(words.search(shared.db, ref.agent, query, k, exclude_session))

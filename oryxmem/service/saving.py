@@ -31,6 +31,7 @@ from oryxmem.workspace import AgentRef
 
 log = logging.getLogger("oryxmem")
 FLUSH_WAIT_MS = 100  # what mirroring the saves before a new one waits for another's lock
+MIRROR_RETRY_SECONDS = 0.05  # after a failed mirror: the next try, not a spin
 
 
 def fold_whitespace(text: str) -> str:
@@ -103,7 +104,8 @@ class Saving:
         self.shared = shared
         self._indexes_take_a_step = indexes_take_a_step
         self._unmirrored: dict[str, _Unmirrored] = {}
-        self._told_locked = False  # said once per spell that another program holds the lock
+        self._failing = False  # the last mirror failed: said once per spell
+        self.mirror_not_before = 0.0  # after a failure, when to try again (monotonic)
         self.batches = 0
         self.saves = 0
         self.mirrors = 0
@@ -220,6 +222,11 @@ class Saving:
             pending.appends.append(append)
 
     @property
+    def unmirrored_agents(self) -> list[str]:
+        """The agents with saves written but not yet in the rows."""
+        return list(self._unmirrored)
+
+    @property
     def unmirrored_since(self) -> float | None:
         """When the oldest save not yet in the rows was written (monotonic), if any."""
         return min((p.since for p in self._unmirrored.values()), default=None)
@@ -228,8 +235,8 @@ class Saving:
         """Every save written but not yet in the rows goes in, in one transaction (with
         ``indexes_follow``, the indexes that follow saves take a batch in it too). Returns
         the agents whose rows still lag their file (someone else wrote too): reconcile
-        them soon. A failure here loses nothing (the files have every save) and is
-        logged; sync catches up."""
+        them soon. A failure here loses nothing (the files have every save): the saves
+        stay queued, and the first failure of a spell is logged."""
         if not self._unmirrored:
             return []
         pending, self._unmirrored = self._unmirrored, {}
@@ -248,16 +255,21 @@ class Saving:
                     self._indexes_take_a_step()
             for agent in pending:  # committed: the log of answered saves may let go
                 self.shared.files.get(agent).rows_have_answered()
-        except Exception as error:  # the file has them; sync mirrors them. The acks stand.
-            if is_locked(error):  # another program holds the database: try again soon
-                self._unmirrored = {**pending, **self._unmirrored}
-                if not self._told_locked:
+        except Exception as error:  # the file has them; the acks stand. Tried again soon:
+            # a stale editor buffer may take them out of the file meanwhile, and only
+            # their rows and history have them put back.
+            self._unmirrored = {**pending, **self._unmirrored}
+            self.mirror_not_before = time.monotonic() + MIRROR_RETRY_SECONDS
+            if not self._failing:
+                if is_locked(error):  # another program holds the database
                     log.warning("the database is locked by another program; the rows wait")
-                self._told_locked = True
-                return []
-            log_failure(log, "mirroring saves failed; sync will catch up", error)
+                else:
+                    log_failure(log, "mirroring saves failed; trying again", error)
+            self._failing = True
+            return []
         self.mirrors += 1
-        self._told_locked = False
+        self._failing = False
+        self.mirror_not_before = 0.0
         return lagging
 
     def recover_answered(self) -> int:

@@ -2,9 +2,9 @@
 
 The indexes that follow saves (keyword, BM25) take in a batch of the change log in
 the mirror's own transaction; the slow ones (the vectors) embed a batch with no lock
-held, then take it in with a short write (``embed_step``); the episodes of past
-sessions are taken in session by session (``episodes_step``). A reindex has every index
-take the rows in again. None of this is on the path that acknowledges a save.
+held, then take it in with a short write (``embed_step``); the indexes made from past
+sessions (the episodes) are taken in session by session (``episodes_step``). A reindex
+has every index take the rows in again. None of this is on the path that acknowledges a save.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from oryxmem.index import (
     DerivedIndex,
+    SessionIndex,
     catch_up,
     forget_others,
     is_caught_up,
@@ -24,12 +25,11 @@ from oryxmem.index import (
     rebuild,
     upcoming,
 )
-from oryxmem.registry import INDEXES, arm_index, index_names
+from oryxmem.registry import INDEXES, arm_index, index_names, indexes_of
 from oryxmem.service.shared import Shared
 from oryxmem.store.db import write_transaction
 
 if TYPE_CHECKING:
-    from oryxmem.index.episodes import EpisodeIndex
     from oryxmem.index.vectors import VectorIndex
 
 
@@ -39,7 +39,7 @@ class Upkeep:
         self._loaded: dict[str, DerivedIndex] = {}  # by name, each made once
         self._all = False
         self._arms: dict[str, str | None] = {}  # search arm -> the index that is it
-        self._episodes: EpisodeIndex | None = None
+        self._from_sessions: dict[str, SessionIndex] | None = None
 
     @property
     def indexes(self) -> dict[str, DerivedIndex]:
@@ -51,15 +51,23 @@ class Upkeep:
         return {name: self._loaded[name] for name in names if name in self._loaded}
 
     @cached_property
-    def names(self) -> tuple[str, ...]:
+    def every_name(self) -> tuple[str, ...]:
         """The indexes this workspace keeps: the built-in ones and index.plugins'."""
         return index_names(str(self.shared.config.get("index.plugins")))
 
+    @cached_property
+    def names(self) -> tuple[str, ...]:
+        """Those made from the rows."""
+        return indexes_of(self.every_name, "rows")
+
+    def _arm_name(self, arm: str) -> str | None:
+        if arm not in self._arms:  # which index is which arm does not change: asked once
+            self._arms[arm] = arm_index(self.every_name, arm)
+        return self._arms[arm]
+
     def arm(self, arm: str) -> DerivedIndex | None:
         """The index that is the search arm ``arm`` ("words", "meaning"), if one is kept."""
-        if arm not in self._arms:  # which index is which arm does not change: asked once
-            self._arms[arm] = arm_index(self.names, arm)
-        name = self._arms[arm]
+        name = self._arm_name(arm)
         return None if name is None else self.indexes.get(name)
 
     def _load(self, names: Sequence[str]) -> None:
@@ -133,7 +141,8 @@ class Upkeep:
                     [agent],
                 )
         self.catch_up_indexes()
-        self.episodes.drop(db)  # made again from the sessions: by episodes_step
+        for from_sessions in self.from_sessions.values():
+            from_sessions.drop(db)  # made again from the sessions: by episodes_step
         where, args = ("", []) if agent is None else (" WHERE agent = ?", [agent])
         total = db.execute(f"SELECT count(*) FROM memory_entries{where}", args).fetchone()
         return {"agent": agent, "entries": int(total[0]), "indexes": self.index_summary()}
@@ -159,30 +168,33 @@ class Upkeep:
             summary[name] = {"pending": pending(db, index)}
             if index is vectors:
                 summary[name]["model"] = vectors.embedder.model_id
-        summary["episodes"] = {"pending": self.episodes.pending(db)}
+        for name, from_sessions in self.from_sessions.items():
+            summary[name] = {"pending": from_sessions.pending(db)}
         return summary
 
-    # --- episodes ---------------------------------------------------------------
+    # --- the indexes made from sessions ------------------------------------------
 
     @property
-    def episodes(self) -> EpisodeIndex:
-        """The rounds of past sessions (index/episodes.py), embedded by the memories'
-        embedder when there is one."""
-        if self._episodes is None:
-            from oryxmem.index.episodes import EpisodeIndex
-
+    def from_sessions(self) -> dict[str, SessionIndex]:
+        """The indexes made from past sessions (the episodes), by name, each built with
+        the memories' embedder when there is one."""
+        if self._from_sessions is None:
             vectors = self.vector_index()
-            if vectors is None:
-                self._episodes = EpisodeIndex(None, None)
-            else:
-                embedder = vectors.embedder
-                self._episodes = EpisodeIndex(
-                    lambda texts: embedder.embed(list(texts), "passage"),
-                    embedder.query_vector,
-                    embedder.model_id,
-                )
-        return self._episodes
+            embedder = vectors.embedder if vectors is not None else None
+            self._from_sessions = {
+                name: INDEXES.load(name).for_embedder(embedder)
+                for name in indexes_of(self.every_name, "sessions")
+            }
+        return self._from_sessions
+
+    @property
+    def episodes(self) -> SessionIndex | None:
+        """The index that is the "episodes" arm: what a search of past sessions asks."""
+        name = self._arm_name("episodes")
+        return None if name is None else self.from_sessions.get(name)
 
     def episodes_step(self) -> int:
-        """Take in the sessions whose messages changed since (one batch); 0: all current."""
-        return self.episodes.catch_up(self.shared.db)
+        """Each index made from sessions takes in the sessions whose messages changed
+        since (one batch); 0: all current."""
+        db = self.shared.db
+        return sum(index.catch_up(db) for index in self.from_sessions.values())

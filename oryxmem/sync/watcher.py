@@ -21,7 +21,7 @@ import os
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -178,8 +178,9 @@ class SyncWatcher:
         self._deferred: set[str] = set()  # agents whose reconcile waits (git is busy)
         self._overflow_hook = _OverflowHook(self)
         # Called before each round of reconciles: the daemon mirrors the saves it has
-        # acknowledged, so their history is there to judge a stale editor buffer by.
-        self.before_reconcile: Callable[[], None] = lambda: None
+        # acknowledged, so their history is there to judge a stale editor buffer by, and
+        # names the agents whose saves could not be mirrored yet: those wait.
+        self.before_reconcile: Callable[[], Collection[str]] = lambda: ()
         # Called after a round that changed rows: the daemon's indexes catch up.
         self.after_reconcile: Callable[[], None] = lambda: None
 
@@ -311,9 +312,12 @@ class SyncWatcher:
         while not self._stop.is_set():
             now, due = self._wait_for_due(clocks)
             due += self._periodic_work(clocks, now)
-            if due:
-                self.before_reconcile()
-            if any([self._reconcile(agent) for agent in sorted(set(due))]):
+            held = self.before_reconcile() if due else ()
+            for agent in held:
+                if agent in due:  # judged once its saves' history is in the rows
+                    self.schedule(agent, RETRY_SECONDS)
+            ready = sorted(set(due) - set(held))
+            if any([self._reconcile(agent) for agent in ready]):
                 self.after_reconcile()
 
     def _wait_for_due(self, clocks: _Clocks) -> tuple[float, list[str]]:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from support.sync import wait_until
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 VENV = Path(sys.prefix)
 
 

@@ -237,3 +237,36 @@ def test_sync_takes_in_answered_saves_whose_rows_never_came(service: MemoryServi
     held = service.db.execute("SELECT content FROM memory_entries WHERE agent = 'a'")
     assert sorted(row[0] for row in held) == ["answered, never mirrored", "kept"]
     assert store.answered.entries() == []
+
+
+def test_a_failed_mirror_keeps_its_saves_queued_until_the_rows_take_them(
+    service: MemoryService, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A save whose rows could not be written (an I/O error, not a lock) stays queued: an
+    old editor buffer that takes it out of MEMORY.md meanwhile cannot lose it, since the
+    next mirror gives it its row and history and sync puts it back."""
+    import sqlite3
+
+    from oryxmem.store import rows
+
+    service.save("a", "before")
+    path = service.workspace.memory_path("a")
+    old_buffer = path.read_text()
+    mirror = rows.mirror_appends
+
+    def failing(*args: object, **kwargs: object) -> bool:
+        raise sqlite3.OperationalError("disk I/O error")
+
+    monkeypatch.setattr(rows, "mirror_appends", failing)
+    service.save("a", "acknowledged while the rows failed")
+    service.mirror_saves()  # fails again: said once
+    assert service.unmirrored_agents == ["a"]
+    assert caplog.text.count("mirroring saves failed") == 1
+    path.write_text(old_buffer)  # an editor's old buffer, saved over it
+    monkeypatch.setattr(rows, "mirror_appends", mirror)
+    service.mirror_saves()
+    assert service.unmirrored_agents == []
+    service.sync()
+    assert "] acknowledged while the rows failed\n" in path.read_text()
+    held = service.db.execute("SELECT content FROM memory_entries WHERE agent = 'a'")
+    assert sorted(row[0] for row in held) == ["acknowledged while the rows failed", "before"]

@@ -30,7 +30,7 @@ from oryxmem.errors import StorageError
 from oryxmem.store.format import parse
 from oryxmem.workspace import Workspace, init_workspace
 
-SHIM_SOURCE = Path(__file__).parent / "support" / "faultshim.c"
+SHIM_SOURCE = Path(__file__).parents[1] / "support" / "faultshim.c"
 
 
 @pytest.fixture(scope="session")

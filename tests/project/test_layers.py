@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[1] / "oryxmem"
+PACKAGE = Path(__file__).resolve().parents[2] / "oryxmem"
 
 # From the ground up. A module may import its own floor and the floors below it.
 FLOORS: list[tuple[str, ...]] = [
@@ -15,6 +15,7 @@ FLOORS: list[tuple[str, ...]] = [
         "__init__",
         "errors",
         "clock",
+        "settings",
         "registry",
         "fileio",
         "config",

@@ -13,7 +13,7 @@ from pathlib import Path
 import grimp
 from radon.complexity import cc_visit
 
-PACKAGE = Path(__file__).resolve().parents[1] / "oryxmem"
+PACKAGE = Path(__file__).resolve().parents[2] / "oryxmem"
 MAX_MODULE_LINES = 600
 MAX_CLASS_LINES = 400
 MAX_COMPLEXITY = 15

@@ -25,26 +25,39 @@ PLUGIN = {
     "tinyplug/plugin.py": """
 from oryxmem.registry import Plugin
 
-BACKEND = Plugin("tinyplug.store:CountingStore", migrations="tinyplug.store:MIGRATIONS")
+BACKEND = Plugin(
+    "tinyplug.store:CountingStore",
+    migrations="tinyplug.store:MIGRATIONS",
+    settings="tinyplug.store:SETTINGS",
+)
 INDEX = Plugin("tinyplug.index:LengthIndex")
 """,
     "tinyplug/store.py": '''
-"""The rows, as the sqlite backend reads them, and a record of every load."""
+"""The rows, as the sqlite backend reads them, and a record of every load, marked with
+the backend's own setting tiny.mark."""
 from oryxmem.backends.sqlite import SqliteMemoryStore
+from oryxmem.settings import Setting, one_of
 from oryxmem.store.db import write_transaction
 
 
 def create_tiny_loads(db):
-    db.execute("CREATE TABLE tiny_loads (agent TEXT NOT NULL)")
+    db.execute("CREATE TABLE tiny_loads (agent TEXT NOT NULL, mark TEXT)")
 
 
 MIGRATIONS = [create_tiny_loads]
+SETTINGS = [Setting("tiny.mark", "plain", str, "how each load is marked", one_of("plain", "bold"))]
 
 
 class CountingStore(SqliteMemoryStore):
+    @classmethod
+    def for_agent(cls, agent, resources):
+        store = super().for_agent(agent, resources)
+        store.mark = resources.config.get("tiny.mark")
+        return store
+
     def load(self):
         with write_transaction(self.db):
-            self.db.execute("INSERT INTO tiny_loads(agent) VALUES (?)", [self.agent])
+            self.db.execute("INSERT INTO tiny_loads VALUES (?, ?)", [self.agent, self.mark])
         return super().load()
 ''',
     "tinyplug/index.py": '''
@@ -146,14 +159,20 @@ def test_an_unknown_plugin_is_a_clear_error_listing_what_is_known(workspace: Wor
 def test_a_third_party_backend_and_index_work_from_the_cli_and_the_daemon(
     workspace: Workspace, plugin_installed: Path, tmp_path: Path
 ) -> None:
-    for key, value in [("memory.backend", "tiny"), ("index.plugins", "lengths")]:
+    settings = [("memory.backend", "tiny"), ("index.plugins", "lengths"), ("tiny.mark", "bold")]
+    for key, value in settings:
         done = run_cli("config", "set", key, value)
         assert done.returncode == 0, done.stderr
+    for key, value in [("tiny.mark", "loud"), ("tiny.nosuch", "1")]:  # its own checks, its keys
+        refused = run_cli("config", "set", key, value)
+        assert refused.returncode != 0 and key in refused.stderr, refused.stderr
+    listed = run_cli("config", "get")
+    assert 'tiny.mark = "bold"' in listed.stdout and "mem0.url" in listed.stdout
     done = run_cli("save", "--agent", "a", "The user drinks green tea.")
     assert done.returncode == 0, done.stderr
     done = run_cli("context", "--agent", "a")  # read through the plugin's backend
     assert done.returncode == 0 and "green tea" in done.stdout, done.stderr
-    assert int(sql(workspace, "SELECT count(*) FROM tiny_loads WHERE agent = 'a'")) >= 1
+    assert int(sql(workspace, "SELECT count(*) FROM tiny_loads WHERE mark = 'bold'")) >= 1
     applied = "SELECT name FROM _sqlite_migrations WHERE migration_set = 'oryxmem.backend.tiny'"
     assert sql(workspace, applied).strip() == "create_tiny_loads"
     assert sql(workspace, "SELECT chars FROM tiny_lengths").strip() == str(

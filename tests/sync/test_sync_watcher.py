@@ -139,3 +139,33 @@ def test_another_program_holding_the_database_is_one_line_not_a_traceback(
         if holder is not None and holder.poll() is None:
             holder.kill()
         watcher.stop()
+
+
+def test_an_agent_whose_saves_are_not_in_the_rows_yet_waits_for_them(
+    workspace: Workspace,
+) -> None:
+    """The daemon names the agents whose acknowledged saves it could not mirror yet: the
+    watcher judges their file only once it has them (their history judges a stale
+    buffer), and the others at once."""
+    held = {"coder"}
+    watcher = SyncWatcher(workspace)
+    watcher.before_reconcile = lambda: set(held)
+    watcher.start()
+    try:
+        assert watcher.ready.wait(30)
+        for agent in ("coder", "writer"):
+            path = workspace.memory_path(agent)
+            path.parent.mkdir(parents=True)
+            path.write_text(f"## 归档记忆\n- [{TS}] typed for {agent}\n")
+
+        def rows_of(agent: str) -> str:
+            return sql(workspace, f"SELECT content FROM memory_entries WHERE agent = '{agent}'")
+
+        wait_until(lambda: rows_of("writer") != "", timeout=20)
+        time.sleep(1.5)  # three retries of a held agent
+        assert rows_of("coder") == ""
+        held.clear()  # its saves are in the rows now
+        wait_until(lambda: disagreements(workspace) == [], timeout=20)
+        assert rows_of("coder") == "typed for coder\n"
+    finally:
+        watcher.stop()
