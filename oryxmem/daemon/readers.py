@@ -42,8 +42,7 @@ class Readers:
     def _run(self, work: Callable[[MemoryService], Any]) -> Any:
         service: MemoryService | None = getattr(self._local, "service", None)
         if service is None:
-            service = MemoryService(self.workspace, self.config, files=self.files)
-            service.index_upkeep = False
+            service = MemoryService(self.workspace, self.config, files=self.files, in_daemon=True)
             self._local.service = service
             with self._lock:
                 self._services.append(service)

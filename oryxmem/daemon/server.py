@@ -93,12 +93,14 @@ class Daemon:
             self.socket_path = socket_path(self.workspace, self.config)
             sock = sockets.bind(self.socket_path)
         connect(self.workspace.db_path).close()  # create and migrate it once, before the threads
-        service = MemoryService(self.workspace, self.config)
-        service.index_upkeep = False  # it catches up when asked (api.ranked), never embeds
+        # The memory thread's: it catches the indexes up when asked (api.ranked), never embeds.
+        service = MemoryService(self.workspace, self.config, in_daemon=True)
         self.watcher = SyncWatcher(
             self.workspace, files=service.files, config=self.config, on_report=_log_report
         )
-        self.indexer = Indexer(MemoryService(self.workspace, self.config, files=service.files))
+        self.indexer = Indexer(
+            MemoryService(self.workspace, self.config, files=service.files, in_daemon=True)
+        )
         self.worker = MemoryWorker(service, self.watcher.schedule, self._mirrored)
         work = backend_work(self.config.backend)
         if work is not None:

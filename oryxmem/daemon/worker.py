@@ -43,6 +43,7 @@ from typing import Any
 
 from oryxmem.errors import DaemonUnavailableError, OryxError, log_failure
 from oryxmem.service import MemoryService, Outcome, SaveBatch, SaveRequest, SaveResult
+from oryxmem.service.saving import Saving
 from oryxmem.store.db import brief_wait, is_locked
 from oryxmem.workspace import AgentRef
 
@@ -134,7 +135,7 @@ class _Group:
 
     def write(self) -> None:
         """The durable append, then the answers at once; on a writer thread."""
-        MemoryService.write_batch(self.batch)
+        Saving.write_batch(self.batch)
         _reply(self.jobs, self.batch, self.sent)  # durable in MEMORY.md: acknowledged
 
 
@@ -145,7 +146,10 @@ class MemoryWorker:
         on_lagging: Callable[[str], None],
         on_mirrored: Callable[[], None] = lambda: None,
     ) -> None:
-        self.service = service
+        self.service = service  # what the calls it runs for the socket API are given
+        # Its own work uses two rooms: the write path, and the indexes that follow saves.
+        self.saving = service.saving
+        self.upkeep = service.upkeep
         self.on_lagging = on_lagging  # tells the sync watcher to look at this agent soon
         self.on_mirrored = on_mirrored  # tells the indexer thread there are rows to embed
         self._jobs: queue.Queue[_Save | _Call | None] = queue.Queue()
@@ -216,7 +220,7 @@ class MemoryWorker:
         The sync thread calls this before it reconciles and holds those agents back, so
         the history of every acknowledged save is in place when a stale editor buffer is
         judged. Once stopping, the thread has mirrored everything on its way out."""
-        future = self.call(lambda service: service.unmirrored_agents)
+        future = self.call(lambda _: self.saving.unmirrored_agents)
         if future.exception() is not None:
             return set()
         return set(future.result())
@@ -240,11 +244,11 @@ class MemoryWorker:
                 and time.monotonic() - self._indexes_caught_up_at > INDEX_MAX_LAG_SECONDS
             ):
                 self._index_step()
-            oldest = self.service.unmirrored_since
+            oldest = self.saving.unmirrored_since
             if oldest is not None:
                 now = time.monotonic()
                 wait = min(MIRROR_IDLE_SECONDS, oldest + MIRROR_MAX_AGE_SECONDS - now)
-                wait = max(wait, self.service.mirror_not_before - now)  # after a failure
+                wait = max(wait, self.saving.mirror_not_before - now)  # after a failure
             elif self._indexes_behind:
                 wait = INDEX_IDLE_SECONDS
             elif self._deferred:
@@ -312,7 +316,7 @@ class MemoryWorker:
             agent = jobs[0].ref.agent
             if agent in self._deferred:
                 self._deferred[agent][1].extend(jobs)  # behind the ones put off before
-            elif self.service.others_are_writing(jobs[0].ref):
+            elif self.saving.others_are_writing(jobs[0].ref):
                 self._deferred[agent] = (time.monotonic(), jobs)
             else:
                 ready.append(jobs)
@@ -327,7 +331,7 @@ class MemoryWorker:
         self._deferred_checked_at = now
         ready = []
         for agent, (since, jobs) in list(self._deferred.items()):
-            if now - since >= patience or not self.service.others_are_writing(jobs[0].ref):
+            if now - since >= patience or not self.saving.others_are_writing(jobs[0].ref):
                 del self._deferred[agent]
                 ready.append(jobs)
         if ready:
@@ -346,14 +350,14 @@ class MemoryWorker:
             job.future.set_exception(error)
 
     def _mirror(self) -> None:
-        if self.service.unmirrored_since is None:
+        if self.saving.unmirrored_since is None:
             return
         now = time.monotonic()
         follow = now - self._indexes_caught_up_at > INDEX_MAX_LAG_SECONDS
         if follow:
             self._indexes_caught_up_at = now
-        with brief_wait(self.service.db, LOCKED_WAIT_MS):
-            lagging = self.service.mirror_saves(indexes_follow=follow)
+        with brief_wait(self.saving.shared.db, LOCKED_WAIT_MS):
+            lagging = self.saving.mirror_saves(indexes_follow=follow)
         for agent in lagging:
             self.on_lagging(agent)  # the rows lag behind the file: reconcile soon
         self._indexes_behind = True
@@ -361,8 +365,8 @@ class MemoryWorker:
 
     def _index_step(self) -> None:
         try:
-            with brief_wait(self.service.db, LOCKED_WAIT_MS):
-                self._indexes_behind = self.service.catch_up_indexes(max_steps=1) > 0
+            with brief_wait(self.saving.shared.db, LOCKED_WAIT_MS):
+                self._indexes_behind = self.upkeep.catch_up_indexes(max_steps=1) > 0
         except Exception as error:  # derived: retried later, never in the way of a save
             if not is_locked(error):
                 log_failure(log, "catching the indexes up failed; will retry", error)
@@ -377,7 +381,7 @@ class MemoryWorker:
         conflicted)."""
         prepared = []
         for jobs in groups:
-            batch = self.service.prepare_batch(jobs[0].ref, [job.request for job in jobs])
+            batch = self.saving.prepare_batch(jobs[0].ref, [job.request for job in jobs])
             group = _Group(jobs, batch)
             _reply(jobs, batch, group.sent)  # the ones refused up front
             if batch.prepared:
@@ -388,5 +392,5 @@ class MemoryWorker:
             for done in [self._writers.submit(group.write) for group in prepared]:
                 done.result()  # write() keeps its errors in the batch
         for group in prepared:
-            self.service.finish_batch(group.batch)
+            self.saving.finish_batch(group.batch)
             _reply(group.jobs, group.batch, group.sent)

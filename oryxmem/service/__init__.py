@@ -82,10 +82,12 @@ class MemoryService:
         *,
         db: Database | None = None,
         files: MarkdownFiles | None = None,
+        in_daemon: bool = False,
     ) -> None:
         """``files`` lets services in one process (the daemon's threads) share each file's
-        store, so a write by one leaves the others' parsed copy current."""
-        self.shared = Shared(workspace, config, db=db, files=files)
+        store, so a write by one leaves the others' parsed copy current; ``in_daemon``:
+        a thread of the daemon, whose threads keep the indexes, not each call."""
+        self.shared = Shared(workspace, config, db=db, files=files, in_daemon=in_daemon)
 
     @classmethod
     def open(cls, root: str | None = None) -> MemoryService:
@@ -148,15 +150,6 @@ class MemoryService:
     def db(self) -> Database:
         return self.shared.db
 
-    @property
-    def index_upkeep(self) -> bool:
-        """Does a call bring the indexes up to the rows itself? (False in the daemon.)"""
-        return self.shared.index_upkeep
-
-    @index_upkeep.setter
-    def index_upkeep(self, value: bool) -> None:
-        self.shared.index_upkeep = value
-
     def close(self) -> None:
         self.shared.close()
 
@@ -191,33 +184,8 @@ class MemoryService:
     def save_batch(self, ref: AgentRef, requests: Sequence[SaveRequest]) -> SaveBatch:
         return self.saving.save_batch(ref, requests)
 
-    def others_are_writing(self, ref: AgentRef) -> bool:
-        return self.saving.others_are_writing(ref)
-
-    def prepare_batch(self, ref: AgentRef, requests: Sequence[SaveRequest]) -> SaveBatch:
-        return self.saving.prepare_batch(ref, requests)
-
-    @staticmethod
-    def write_batch(batch: SaveBatch) -> None:
-        Saving.write_batch(batch)
-
-    def finish_batch(self, batch: SaveBatch) -> None:
-        self.saving.finish_batch(batch)
-
     def mirror_saves(self, *, indexes_follow: bool = False) -> list[str]:
         return self.saving.mirror_saves(indexes_follow=indexes_follow)
-
-    @property
-    def unmirrored_since(self) -> float | None:
-        return self.saving.unmirrored_since
-
-    @property
-    def unmirrored_agents(self) -> list[str]:
-        return self.saving.unmirrored_agents
-
-    @property
-    def mirror_not_before(self) -> float:
-        return self.saving.mirror_not_before
 
     @property
     def saves(self) -> int:

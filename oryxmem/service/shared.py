@@ -36,9 +36,11 @@ class Shared:
         *,
         db: Database | None = None,
         files: MarkdownFiles | None = None,
+        in_daemon: bool = False,
     ) -> None:
         """``files`` lets services in one process (the daemon's threads) share each file's
-        store, so a write by one leaves the others' parsed copy current."""
+        store, so a write by one leaves the others' parsed copy current; ``in_daemon``:
+        the daemon's threads keep the indexes up to the rows, not each call."""
         self.workspace = workspace
         self.config = config
         self.clock = clock_for(lambda: config.timezone)
@@ -50,7 +52,7 @@ class Shared:
         self._readers: dict[str, LongTermMemoryStore] = {}
         # Does a call bring the derived indexes up to the rows itself? Alone, yes; in the
         # daemon its threads do that, and readers only read.
-        self.index_upkeep = True
+        self.index_upkeep = not in_daemon
         # Does a search, alone, embed a few batches of the rows not embedded yet before it
         # answers? Not when a daemon was just started to do that: it answers by words for
         # those, and says how many they are.

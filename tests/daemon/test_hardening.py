@@ -80,14 +80,14 @@ def test_an_unexpected_error_in_the_memory_thread_fails_only_that_request(
     worker = MemoryWorker(service, on_lagging=lambda agent: None)
     worker.start()
     try:
-        real = service.prepare_batch
+        real = service.saving.prepare_batch
 
         def broken(ref: Any, requests: Any) -> Any:
             if ref.agent == "doomed":
                 raise OSError(36, "File name too long")
             return real(ref, requests)
 
-        monkeypatch.setattr(service, "prepare_batch", broken)
+        monkeypatch.setattr(service.saving, "prepare_batch", broken)
         failed = worker.save(service.resolve("doomed"), SaveRequest("x"))
         with pytest.raises(OSError, match="File name too long"):
             failed.result(timeout=10)

@@ -74,7 +74,7 @@ def test_what_was_saved_a_moment_ago_is_found_by_meaning_before_the_indexer_has_
     few rows changed since the indexer's last step itself, and leaves out the vectors
     of the texts they no longer hold."""
     service.search("coder", "warm up")  # every row embedded so far
-    service.index_upkeep = False  # as in the daemon: nothing more is embedded
+    service.shared.index_upkeep = False  # as in the daemon: nothing more is embedded
     service.save("coder", "Drives a red bicycle to the office.")
     found = service.search("coder", "how does she commute", limit=1, mode="semantic")
     assert contents(found.hits) == ["Drives a red bicycle to the office."]

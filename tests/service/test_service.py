@@ -260,12 +260,12 @@ def test_a_failed_mirror_keeps_its_saves_queued_until_the_rows_take_them(
     monkeypatch.setattr(rows, "mirror_appends", failing)
     service.save("a", "acknowledged while the rows failed")
     service.mirror_saves()  # fails again: said once
-    assert service.unmirrored_agents == ["a"]
+    assert service.saving.unmirrored_agents == ["a"]
     assert caplog.text.count("mirroring saves failed") == 1
     path.write_text(old_buffer)  # an editor's old buffer, saved over it
     monkeypatch.setattr(rows, "mirror_appends", mirror)
     service.mirror_saves()
-    assert service.unmirrored_agents == []
+    assert service.saving.unmirrored_agents == []
     service.sync()
     assert "] acknowledged while the rows failed\n" in path.read_text()
     held = service.db.execute("SELECT content FROM memory_entries WHERE agent = 'a'")
