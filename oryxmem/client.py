@@ -238,7 +238,7 @@ class Client:
         Gives the envelope's data."""
         operation = BY_NAME[name]
         agent = args.pop("agent", None) if operation.per_agent else None
-        unknown = set(args) - {param.name for param in operation.params}
+        unknown = args.keys() - operation.names
         if unknown:
             raise TypeError(f"{name} takes no {', '.join(sorted(unknown))}")
         path = operation.path

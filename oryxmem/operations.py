@@ -12,6 +12,7 @@ This module is data: it imports nothing of oryxmem but the error table.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from oryxmem import errors as e
@@ -75,8 +76,20 @@ class Operation:
     def paths(self) -> list[str]:
         return [prefix + self.path for prefix in PREFIXES] if self.per_agent else [self.path]
 
-    def of(self, where: str) -> list[Param]:
-        return [param for param in self.params if param.where == where]
+    def of(self, where: str) -> tuple[Param, ...]:
+        return self._placed.get(where, ())
+
+    @cached_property
+    def _placed(self) -> dict[str, tuple[Param, ...]]:
+        """The params by where they travel, sorted once: the Client asks on every call."""
+        return {
+            where: tuple(param for param in self.params if param.where == where)
+            for where in {param.where for param in self.params}
+        }
+
+    @cached_property
+    def names(self) -> frozenset[str]:
+        return frozenset(param.name for param in self.params)
 
     @property
     def has_body(self) -> bool:
