@@ -32,7 +32,7 @@ from bench import (
     store_bench,
     sync_bench,
 )
-from bench.common import Figure, merge_runs, print_markdown, print_table
+from bench.common import Figure, compile_oryxmem, merge_runs, print_markdown, print_table
 
 BENCHMARKS = {
     "store": store_bench,
@@ -85,6 +85,7 @@ def main(argv: list[str] | None = None) -> list[Figure]:
     args = parser.parse_args(argv)
     if args.quick:
         args = parser.parse_args([*QUICK, *(sys.argv[1:] if argv is None else argv)])
+    compile_oryxmem()
     started = time.monotonic()
     figures: list[Figure] = []
     for name in args.only.split(","):
