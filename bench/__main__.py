@@ -6,7 +6,7 @@ machine's disk come with their ratio to a floor measured in the same run: one
 fsync'd atomic replace of a small file, and one SQLite commit (WAL, FULL).
 
 Run: python -m bench [--runs 3] [--quick]
-                    [--only store,sync,socket,search,recall,agents,cold,context,episodes,
+                    [--only store,sync,socket,lock,search,recall,agents,cold,context,episodes,
                             digest,mem0]
                     [--json | --markdown]
 """
@@ -25,6 +25,7 @@ from bench import (
     context_quality,
     digest_bench,
     episodes_quality,
+    lock_bench,
     mem0_bench,
     recall_quality,
     search_bench,
@@ -38,6 +39,7 @@ BENCHMARKS = {
     "store": store_bench,
     "sync": sync_bench,
     "socket": socket_bench,
+    "lock": lock_bench,
     "search": search_bench,
     "recall": recall_quality,
     "agents": agents_bench,
@@ -70,6 +72,8 @@ QUICK = [
     "50",
     "--hooks",
     "5",
+    "--lock-hold",
+    "3",
 ]
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, NamedTuple
 
 from oryxmem import errors as e
 
@@ -21,9 +21,9 @@ MAX_RESULTS = 100  # the most entries one search or recall call returns
 PREFIXES = ("/api/v1/agents/{name}", "/api/v1")  # an agent's routes, and the global file's
 
 
-@dataclass(frozen=True)
-class Param:
-    """One argument of an operation."""
+class Param(NamedTuple):
+    """One argument of an operation (a NamedTuple: of the record types, the cheapest to
+    define, and every command that talks to the daemon imports this table)."""
 
     name: str  # as the Client, the CLI and the service call it
     type: str  # JSON Schema: "string", "integer" or "boolean"
@@ -58,7 +58,7 @@ class Param:
         return schema
 
 
-@dataclass(frozen=True)
+@dataclass
 class Operation:
     """One operation: what it does, where it is served, what it takes and gives."""
 
@@ -77,10 +77,10 @@ class Operation:
         return [prefix + self.path for prefix in PREFIXES] if self.per_agent else [self.path]
 
     def of(self, where: str) -> tuple[Param, ...]:
-        return self._placed.get(where, ())
+        return self.placed.get(where, ())
 
     @cached_property
-    def _placed(self) -> dict[str, tuple[Param, ...]]:
+    def placed(self) -> dict[str, tuple[Param, ...]]:
         """The params by where they travel, sorted once: the Client asks on every call."""
         return {
             where: tuple(param for param in self.params if param.where == where)
@@ -129,6 +129,7 @@ FOUND = _object(
         "query": _TEXT,
         "mode": _TEXT,
         "unembedded": _INT,
+        "pending": _object({"words": _INT, "meaning": _INT}),
         "note": _OPTIONAL_TEXT,
         "hits": {
             "type": "array",

@@ -56,6 +56,7 @@ def search_data(result: SearchResult) -> dict[str, Any]:
         "query": result.query,
         "mode": result.mode,
         "unembedded": result.unembedded,
+        "pending": {"words": result.words_pending, "meaning": result.unembedded},
         "note": result.note,
         "hits": [
             {**entry_data(hit.entry), "score": hit.score, "arms": list(hit.arms)}

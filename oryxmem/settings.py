@@ -5,12 +5,13 @@ declares its own (under a section named for it) the same way."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 
-@dataclass(frozen=True)
-class Setting:
+class Setting(NamedTuple):
+    """One key (a NamedTuple: the cheapest record to define, and every command reads
+    the table)."""
+
     key: str
     default: Any
     kind: type

@@ -149,6 +149,12 @@ def search(
     for hit in data["hits"]:
         arms = "+".join(hit["arms"])
         click.echo(f"{hit['score']:.3f}  {arms:<16} {terminal_line(hit['line'])}")
+    if data["pending"]["words"]:
+        click.echo(
+            f"oryxmem: {data['pending']['words']} entries are not in the words index yet"
+            " (the daemon is taking a backlog in): this search did not see them",
+            err=True,
+        )
     if data["unembedded"]:
         click.echo(
             f"oryxmem: {data['unembedded']} entries are not embedded yet (searched by words"

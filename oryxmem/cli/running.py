@@ -121,6 +121,8 @@ def status(ctx: Context, socket_only: bool, as_json: bool) -> None:
         click.echo("daemon     not running (oryxmem daemon starts it)")
     click.echo(f"socket     {data['socket']}")
     _echo_sync(data["sync"])
+    if health and isinstance(health.get("indexes"), dict):
+        _echo_indexes(health["indexes"])
     if health and health.get("last_sync_error"):
         click.echo(f"last error {health['last_sync_error']}")
     _echo_config((health or {}).get("config", {}))
@@ -137,6 +139,17 @@ def _echo_sync(summary: dict[str, Any]) -> None:
         click.echo(f"kept       {where}: not an entry: {terminal_safe(kept['text'])}")
     for repair in summary["repairs"]:
         click.echo(f"repaired   {repair['at']}  {terminal_safe(repair['detail'])}")
+
+
+def _echo_indexes(indexes: dict[str, Any]) -> None:
+    """Each index's backlog, and the pace the daemon takes it in at."""
+    parts = []
+    for name, index in indexes.items():
+        pending = int(index.get("pending") or 0)
+        rate = float(index.get("rate") or 0)
+        pace = f" at {rate:,.0f}/s" if pending and rate else ""
+        parts.append(f"{name} {'current' if not pending else f'{pending:,} to take in{pace}'}")
+    click.echo(f"indexes    {', '.join(parts) or 'none'}")
 
 
 def _echo_config(followed: dict[str, Any]) -> None:
@@ -166,6 +179,10 @@ def sync(ctx: Context, agent: str | None, check: bool, watch: bool, as_json: boo
     if watch:
         _watch(ctx)
         return
+    # A running daemon puts the saves it answered into the rows before any call it
+    # answers (it mirrors them within a second otherwise): one call first, so this pass
+    # does not take a save in flight for a drift.
+    ctx.daemon_health()
     agents = None if agent is None else [ctx.service.resolve(agent).agent]
     total = len(ctx.service.sync_engine().known_agents()) if agents is None else 1
     show_bar = not as_json and sys.stderr.isatty() and total > 20

@@ -256,12 +256,18 @@ async def ranked(
 ) -> Any:
     """A search (or a recall by meaning) on a reader thread (readers.py says why). First,
     on the memory thread, the rows take in every save acknowledged before this request
-    and the keyword indexes every row (and the agent named in the URL is found safe)."""
+    and the keyword indexes those rows, unless they have a backlog to take in (which the
+    indexer does meanwhile; the search says how much); and the agent named in the URL is
+    found safe."""
     if ref is None:
-        await run(request, MemoryService.catch_up_indexes)
+        await run(request, _follow_saves)
     else:
-        await run_for(request, ref, MemoryService.catch_up_indexes)
+        await run_for(request, ref, _follow_saves)
     return await asyncio.wrap_future(request.app[READERS].call(work))
+
+
+def _follow_saves(service: MemoryService) -> int:
+    return service.upkeep.follow_saves()
 
 
 async def run_for(request: web.Request, ref: AgentRef, work: Callable[[MemoryService], Any]) -> Any:
@@ -365,10 +371,14 @@ async def health(request: web.Request, args: Args) -> Any:
         return {"sync": sync_summary(service.db), "indexes": service.index_summary()}
 
     data = request.app[HEALTH]()
+    rates = data.pop("index_rates", {})
     try:  # health answers even while the memory thread is held up (say, by a lock)
         data.update(await asyncio.wait_for(asyncio.shield(run(request, summary)), 2.0))
     except TimeoutError:
         data["sync"] = data["indexes"] = "unknown: the memory thread is busy"
+    else:  # each index's backlog, and the pace the indexer takes it in at (rows/s)
+        for name, index in data["indexes"].items():
+            index["rate"] = round(rates.get(name, 0.0), 1)
     return data
 
 

@@ -1,9 +1,12 @@
-"""The daemon's indexer thread: the slow derived indexes (the vectors, the episodes of
-past sessions), off the save path.
+"""The daemon's indexer thread: the backlogs of the words (a restore, a git pull, a
+reindex), then the slow derived indexes (the vectors, the episodes of past sessions),
+off the save path.
 
-It has its own connection and uses one room of its service, Upkeep: embed_step and
-episodes_step until nothing is left; each step embeds the rows of one batch with no
-lock held, then takes them in with a short write. It runs at a lower priority (nice
+It has its own connection and uses one room of its service, Upkeep: words_step while the
+indexes that follow saves are behind (the cheap arms are never queued behind the
+vectors), then embed_step and episodes_step until nothing is left; each step prepares
+the rows of one batch (stems or embeds them) with no lock held, then takes them in with
+a short write. It runs at a lower priority (nice
 10, inherited by the threads that embed for it), so the memory thread's saves and
 searches go first on a busy machine. It is woken when saves were mirrored, a reconcile
 changed rows or a message was added to a session, and looks on its own every
@@ -45,7 +48,9 @@ class Indexer(Background):
             log.info("the indexer keeps its priority: %s", error)
 
     def step(self) -> bool:
-        taken = self.upkeep.embed_step() if self.upkeep.vector_index() else 0
-        taken += self.upkeep.episodes_step()
+        taken = self.upkeep.words_step()
+        if not taken:
+            taken = self.upkeep.embed_step() if self.upkeep.vector_index() else 0
+            taken += self.upkeep.episodes_step()
         self.taken += taken
         return taken > 0

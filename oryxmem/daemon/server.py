@@ -251,6 +251,7 @@ class Daemon:
             **_watcher_health(self.watcher),
             **_worker_health(worker),
             "indexer_alive": bool(self.indexer and self.indexer.alive),
+            "index_rates": self.indexer.upkeep.rates() if self.indexer else {},
             "last_index_error": self.indexer.last_error if self.indexer else None,
             "config": self.follower.health(),
             **self._backend_health(),

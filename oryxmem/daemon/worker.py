@@ -11,20 +11,22 @@ as soon as its own append is durable: group commit, so throughput grows with
 the number of clients.
 
 Mirroring saves into the rows (one SQLite commit, itself an fsync) is derived
-work and is coalesced: the thread mirrors what it has written when no job has
-come for MIRROR_IDLE_SECONDS, when the oldest unmirrored save is
-MIRROR_MAX_AGE_SECONDS old, and always before it runs any other call (a recall,
-a context, a reconcile by the sync thread), so every reader that goes through
-the daemon sees the rows of every save acknowledged before it. Only a program
-reading the table directly sees the lag: none once saves pause, at most the
-maximum age while they keep coming. That age is a trade: a mirror costs far
-less per entry in a big transaction than in many small ones (at 16 clients,
-25 ms gave about 2,700 saves/s here and 250 ms about 3,300), while the memory
-thread, busy with a mirror, starts no append. When there is nothing else to
-do, the thread lets the derived indexes catch up, one batch at a time; under
-sustained load they take a batch at most INDEX_MAX_LAG_SECONDS apart, within a
-mirror or between calls (recall is exact meanwhile: it checks the rows the index
-has not taken in; a search has them caught up first). Searches are ranked on the
+work and is coalesced into few, large transactions, because each holds the
+database's write lock and another program writing the table without a busy
+timeout fails while it is held: the thread mirrors what it has written once the
+oldest unmirrored save is MIRROR_MAX_AGE_SECONDS old, or when no job has come for
+MIRROR_IDLE_SECONDS if it last mirrored MIRROR_MIN_GAP_SECONDS ago, and always
+before it runs any other call (a recall, a context, a reconcile by the sync
+thread), so every reader that goes through the daemon sees the rows of every
+save acknowledged before it. Only a program reading the table directly sees the
+lag: at most a second. A mirror costs far less per entry in a big transaction
+than in many small ones, and the indexes that follow saves (the words) take the
+saves' rows in within it (up to upkeep.FOLLOW_ROWS; the indexer takes any more).
+When there is nothing else to do, and at least every INDEX_MAX_LAG_SECONDS under
+load, they take in what a reconcile changed (recall is exact meanwhile: it checks
+the rows the index has not taken in; a search has them taken in first). A backlog (more than
+upkeep.BACKLOG_ROWS: a restore, a pull, a reindex) is not taken in here but by the
+indexer thread, so no save or search waits for it. Searches are ranked on the
 reader threads (readers.py), not here: only that catch-up runs on this thread.
 """
 
@@ -56,8 +58,9 @@ STUCK_SECONDS = 60.0
 # trying again later: saves queue behind them on this thread.
 LOCKED_WAIT_MS = 100
 WRITER_THREADS = 4  # agents whose appends (and fsyncs) run side by side
-MIRROR_IDLE_SECONDS = 0.002
-MIRROR_MAX_AGE_SECONDS = 0.25
+MIRROR_IDLE_SECONDS = 0.05
+MIRROR_MAX_AGE_SECONDS = 1.0
+MIRROR_MIN_GAP_SECONDS = 1.0
 INDEX_IDLE_SECONDS = 0.05  # quiet time before the indexes take another batch
 INDEX_MAX_LAG_SECONDS = 1.0  # under load, how long the keyword index may trail the rows
 # Saves to a MEMORY.md another program is writing (an editor writing it again in place)
@@ -160,6 +163,7 @@ class MemoryWorker:
         self._indexes_behind = True  # until a catch-up finds nothing to do
         self._busy_since: float | None = None  # when the batch in hand began
         self._indexes_caught_up_at = time.monotonic()
+        self._mirrored_at = 0.0  # when the last mirror began (monotonic)
         self._deferred: dict[str, tuple[float, list[_Save]]] = {}  # agent -> since, saves
         self._deferred_checked_at = 0.0
 
@@ -246,9 +250,10 @@ class MemoryWorker:
                 self._index_step()
             oldest = self.saving.unmirrored_since
             if oldest is not None:
-                now = time.monotonic()
-                wait = min(MIRROR_IDLE_SECONDS, oldest + MIRROR_MAX_AGE_SECONDS - now)
-                wait = max(wait, self.saving.mirror_not_before - now)  # after a failure
+                wait = self._mirror_due(oldest) - time.monotonic()
+                if wait <= 0:
+                    self._mirror()
+                    continue
             elif self._indexes_behind:
                 wait = INDEX_IDLE_SECONDS
             elif self._deferred:
@@ -258,7 +263,7 @@ class MemoryWorker:
             if self._deferred:
                 wait = min(wait, DEFER_POLL_SECONDS)
             try:
-                return self._jobs.get(timeout=wait) if wait > 0 else self._jobs.get_nowait()
+                return self._jobs.get(timeout=wait)
             except queue.Empty:
                 pass
             self._retry_deferred()
@@ -266,6 +271,17 @@ class MemoryWorker:
                 self._mirror()
             elif self._indexes_behind:
                 self._index_step()
+
+    def _mirror_due(self, oldest: float) -> float:
+        """When the saves written so far go into the rows (monotonic): once the oldest is
+        MIRROR_MAX_AGE_SECONDS old, or once no job has come for MIRROR_IDLE_SECONDS if
+        the last mirror is MIRROR_MIN_GAP_SECONDS ago; not before a failed mirror may
+        be tried again."""
+        now = time.monotonic()
+        due = oldest + MIRROR_MAX_AGE_SECONDS
+        if now - self._mirrored_at >= MIRROR_MIN_GAP_SECONDS:
+            due = min(due, now + MIRROR_IDLE_SECONDS)
+        return max(due, self.saving.mirror_not_before)
 
     def _run(self) -> None:
         while True:
@@ -352,12 +368,9 @@ class MemoryWorker:
     def _mirror(self) -> None:
         if self.saving.unmirrored_since is None:
             return
-        now = time.monotonic()
-        follow = now - self._indexes_caught_up_at > INDEX_MAX_LAG_SECONDS
-        if follow:
-            self._indexes_caught_up_at = now
+        self._mirrored_at = time.monotonic()
         with brief_wait(self.saving.shared.db, LOCKED_WAIT_MS):
-            lagging = self.saving.mirror_saves(indexes_follow=follow)
+            lagging = self.saving.mirror_saves(indexes_follow=True)
         for agent in lagging:
             self.on_lagging(agent)  # the rows lag behind the file: reconcile soon
         self._indexes_behind = True
@@ -366,7 +379,7 @@ class MemoryWorker:
     def _index_step(self) -> None:
         try:
             with brief_wait(self.saving.shared.db, LOCKED_WAIT_MS):
-                self._indexes_behind = self.upkeep.catch_up_indexes(max_steps=1) > 0
+                self._indexes_behind = self.upkeep.follow_saves() > 0
         except Exception as error:  # derived: retried later, never in the way of a save
             if not is_locked(error):
                 log_failure(log, "catching the indexes up failed; will retry", error)

@@ -253,12 +253,16 @@ class Step:
     after: IndexState
 
 
-def next_step(db: Executes, index: DerivedIndex, state: IndexState) -> Step | None:
-    """The next batch after this state: changes since the cursor first, then a rebuild
-    (newest rows first). None: caught up. Reads only."""
+def next_step(
+    db: Executes, index: DerivedIndex, state: IndexState, rows: int | None = None
+) -> Step | None:
+    """The next batch after this state (of ``rows``, or the index's own batch): changes
+    since the cursor first, then a rebuild (newest rows first). None: caught up. Reads
+    only."""
+    size = rows or index.batch
     changes = db.execute(
         "SELECT seq, row_id, op FROM memory_changes WHERE seq > ? ORDER BY seq LIMIT ?",
-        [state.cursor, index.batch],
+        [state.cursor, size],
     ).fetchall()
     if changes:
         changed = {row_id for _, row_id, _ in changes}
@@ -270,30 +274,53 @@ def next_step(db: Executes, index: DerivedIndex, state: IndexState) -> Step | No
     if state.backfill_below:
         found = db.execute(
             "SELECT id FROM memory_entries WHERE id < ? ORDER BY id DESC LIMIT ?",
-            [state.backfill_below, index.batch],
+            [state.backfill_below, size],
         ).fetchall()
         row_ids = [row[0] for row in found]
-        below = row_ids[-1] if len(row_ids) == index.batch else 0  # 0: none are left
+        below = row_ids[-1] if len(row_ids) == size else 0  # 0: none are left
         return Step(
             row_ids, index_rows(db, row_ids), IndexState(state.identity, state.cursor, below)
         )
     return None
 
 
-def upcoming(db: Executes, index: DerivedIndex) -> list[IndexRow]:
-    """The rows the next step of catch_up will take in (none while the index is not
-    built at its version): what a slow index prepares outside the write lock."""
+def upcoming(db: Executes, index: DerivedIndex, rows: int | None = None) -> list[IndexRow]:
+    """The rows the next step of catch_up (of ``rows``) will take in (none while the index
+    is not built at its version): what an index prepares outside the write lock."""
     state = read_index_state(db, index)
     if state is None or state.identity != index.identity():
         return []
-    step = next_step(db, index, state)
+    step = next_step(db, index, state, rows)
     return step.rows if step is not None else []
 
 
-def catch_up(db: Database, index: DerivedIndex, max_steps: int | None = None) -> int:
+def behind_by_more_than(db: Executes, index: DerivedIndex, rows: int) -> bool:
+    """Has the index more than ``rows`` rows to take in (changes since its cursor, rows a
+    rebuild has still to reach, or every row when it was never built here)? At most
+    rows + 1 of each are looked at: a probe, whatever the backlog."""
+    state = read_index_state(db, index)
+    probes: list[tuple[str, list[int]]]
+    if state is None or state.identity != index.identity():
+        probes = [("SELECT 1 FROM memory_entries LIMIT ?", [])]
+    else:
+        probes = [("SELECT 1 FROM memory_changes WHERE seq > ? LIMIT ?", [state.cursor])]
+        if state.backfill_below:
+            probes.append(
+                ("SELECT 1 FROM memory_entries WHERE id < ? LIMIT ?", [state.backfill_below])
+            )
+    total = 0
+    for probe, args in probes:
+        counted = db.execute(f"SELECT count(*) FROM ({probe})", [*args, rows + 1]).fetchone()
+        total += int(counted[0])
+    return total > rows
+
+
+def catch_up(
+    db: Database, index: DerivedIndex, max_steps: int | None = None, rows: int | None = None
+) -> int:
     """Take in changes since the cursor, then continue a rebuild; the caller holds a write
-    transaction. At most max_steps batches (None: until caught up). Returns the rows
-    taken in."""
+    transaction. At most max_steps batches of ``rows`` (None: the index's own batch; until
+    caught up). Returns the rows taken in."""
     state = read_index_state(db, index)
     if state is None or state.identity != index.identity():
         rebuild(db, index)
@@ -301,7 +328,7 @@ def catch_up(db: Database, index: DerivedIndex, max_steps: int | None = None) ->
         assert state is not None
     taken = steps = 0
     while max_steps is None or steps < max_steps:
-        step = next_step(db, index, state)
+        step = next_step(db, index, state, rows)
         if step is None:
             break
         steps += 1

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from oryxmem.config import Config
 from oryxmem.index import DerivedIndex, Hit, IndexRow
 from oryxmem.index.terms import index_text, match_any, query_terms
 from oryxmem.store.db import Executes, insert_values, select_in
@@ -45,6 +46,12 @@ class BM25Index(DerivedIndex):
     name = "bm25"
     version = 2  # 2: stemmed by terms.py (Snowball), not by SQLite's porter tokenizer
 
+    def __init__(self, config: Config | None = None) -> None:
+        super().__init__(config)
+        # The terms of texts prepare() stemmed ahead of add(), which holds the write lock:
+        # stemming is most of the work of taking a row in.
+        self._terms: dict[str, str] = {}
+
     def create(self, db: Database) -> None:
         db.execute(
             "CREATE VIRTUAL TABLE memory_terms USING fts5(body, context, agent UNINDEXED,"
@@ -65,16 +72,26 @@ class BM25Index(DerivedIndex):
         ).rowcount
         db.execute("UPDATE memory_terms_count SET entries = entries - ?", [max(gone, 0)])
 
+    def prepare(self, rows: Sequence[IndexRow]) -> None:
+        """Stem the rows' texts before the write lock is taken (their context is mostly
+        the rows just before them, in the same batch)."""
+        self._terms = {r.content: index_text(r.content) for r in rows}
+
+    def _text(self, content: str) -> str:
+        terms = self._terms.get(content)
+        return index_text(content) if terms is None else terms
+
     def add(self, db: Database, rows: Sequence[IndexRow]) -> None:
         insert_values(
             db,
             "INSERT INTO memory_terms(rowid, body, context, agent, scope, seq)",
             [
-                (r.row_id, index_text(r.content), self._context(db, r), r.agent, r.scope, r.seq)
+                (r.row_id, self._text(r.content), self._context(db, r), r.agent, r.scope, r.seq)
                 for r in rows
             ],
         )
         db.execute("UPDATE memory_terms_count SET entries = entries + ?", [len(rows)])
+        self._terms = {}
 
     def _selective(self, db: Executes, words: list[str]) -> tuple[list[str], bool]:
         """The words worth matching: of those some entry holds, the ones held by no more
@@ -114,7 +131,7 @@ class BM25Index(DerivedIndex):
                 CONTEXT_ENTRIES,
             ],
         )
-        return " ".join(index_text(content) for (content,) in before if isinstance(content, str))
+        return " ".join(self._text(content) for (content,) in before if isinstance(content, str))
 
     def dependents(self, db: Executes, row_ids: Sequence[int]) -> list[int]:
         """The entries whose context a changed row is (or was): the ones after it, where

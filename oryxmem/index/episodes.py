@@ -225,18 +225,19 @@ class EpisodeIndex:
                 touched.append((session, had, updated_at))
             else:
                 work.append(self._take(session, agent, messages, had))
+        gone = [
+            row[0]
+            for row in db.execute(
+                "SELECT session FROM episode_state WHERE session NOT IN (SELECT id FROM sessions)"
+            )
+        ]
+        if not (work or touched or gone):
+            return 0  # nothing to write: the write lock is not taken
         with write_transaction(db):
             for taken in work:
                 self._write(db, taken)
             for session, count, updated_at in touched:
                 self._state(db, session, count, updated_at)
-            gone = [
-                row[0]
-                for row in db.execute(
-                    "SELECT session FROM episode_state"
-                    " WHERE session NOT IN (SELECT id FROM sessions)"
-                )
-            ]
             for session in gone:
                 self._forget(db, session, 0)
                 db.execute("DELETE FROM episode_state WHERE session = ?", [session])

@@ -22,6 +22,7 @@ from oryxmem.errors import (
     SemanticSearchOffError,
 )
 from oryxmem.fileio import FileStat, file_stat
+from oryxmem.index import is_caught_up, pending
 from oryxmem.index.episodes import EpisodeHit
 from oryxmem.index.keyword import KeywordIndex
 from oryxmem.search import MODES, POOL, MeaningArm, Ranked, Ranking, WordsArm, rank
@@ -77,7 +78,17 @@ class Finding:
             or ranked.similarity >= min_similarity
         ]
         hits = self._hits(kept, count, scope)
-        return SearchResult(ref, query, mode, hits, ranking.unembedded, note)
+        words = self._words_pending(ref.agent) if mode != "semantic" else 0
+        return SearchResult(ref, query, mode, hits, ranking.unembedded, note, words)
+
+    def _words_pending(self, agent: str) -> int:
+        """How many of the agent's rows the words arm has not taken in (0 but during a
+        backlog in the daemon: alone, a search has it take in every row first)."""
+        words = self.upkeep.arm("words")
+        db = self.shared.db
+        if words is None or is_caught_up(db, words):
+            return 0
+        return pending(db, words, agent) or 0
 
     def _check_query(self, query: str, mode: str) -> None:
         if mode not in MODES:

@@ -42,6 +42,8 @@ class SearchResult:
     # Set when the semantic arm could not answer (its embeddings server is down, say):
     # a hybrid search then answers by words alone, and says so here.
     note: str | None = None
+    # Entries the words arm has not taken in yet (a backlog the daemon's indexer is on).
+    words_pending: int = 0
 
 
 @dataclass(frozen=True)

@@ -1,14 +1,20 @@
 """Index upkeep: the derived indexes kept up to the rows (oryxmem/index/).
 
-The indexes that follow saves (keyword, BM25) take in a batch of the change log in
-the mirror's own transaction; the slow ones (the vectors) embed a batch with no lock
-held, then take it in with a short write (``embed_step``); the indexes made from past
-sessions (the episodes) are taken in session by session (``episodes_step``). A reindex
-has every index take the rows in again. None of this is on the path that acknowledges a save.
+The indexes that follow saves (keyword, BM25, "the words") take in the saves' rows in
+small steps of FOLLOW_ROWS, in the mirror's own transaction or before a search; a
+backlog bigger than that (a restore, a git pull, an import, a reindex) is taken in by
+``words_step``, on the daemon's indexer thread, in steps prepared (stemmed) with no lock
+held and written in short transactions, before any vector is embedded. The slow indexes
+(the vectors) embed a batch with no lock held, then take it in with a short write
+(``embed_step``); the indexes made from past sessions (the episodes) are taken in
+session by session (``episodes_step``). A reindex has every index take the rows in
+again. None of this is on the path that acknowledges a save.
 """
 
 from __future__ import annotations
 
+import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -16,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from oryxmem.index import (
     DerivedIndex,
     SessionIndex,
+    behind_by_more_than,
     catch_up,
     forget_others,
     is_caught_up,
@@ -32,6 +39,18 @@ from oryxmem.store.db import write_transaction
 if TYPE_CHECKING:
     from oryxmem.index.vectors import VectorIndex
 
+# The rows the indexes that follow saves take in at one step in the mirror's transaction:
+# a few milliseconds of work.
+FOLLOW_ROWS = 512
+# More changes than this for an index to take in is a backlog (a restore, a git pull, an
+# import, a reindex): the memory thread leaves it to the indexer thread's words_step, so
+# that no save and no search waits for it (taking 1,000 in costs some 50 ms).
+BACKLOG_ROWS = 1000
+# A step of words_step: each holds the write lock for the rows' inserts only (their
+# stemming is done before), some 10 ms.
+WORDS_STEP_ROWS = 1000
+RATE_SECONDS = 10.0  # the window of the indexing rate that health reports
+
 
 class Upkeep:
     def __init__(self, shared: Shared) -> None:
@@ -40,6 +59,7 @@ class Upkeep:
         self._all = False
         self._arms: dict[str, str | None] = {}  # search arm -> the index that is it
         self._from_sessions: dict[str, SessionIndex] | None = None
+        self._taken: deque[tuple[float, str, int]] = deque()  # (when, index, rows)
 
     @property
     def indexes(self) -> dict[str, DerivedIndex]:
@@ -84,12 +104,14 @@ class Upkeep:
             chosen = list(self.indexes.values())
         return [index for index in chosen if index.follows_saves]
 
-    def _catch_up(self, indexes: Sequence[DerivedIndex], max_steps: int | None = None) -> int:
-        return sum(catch_up(self.shared.db, index, max_steps) for index in indexes)
+    def _catch_up(
+        self, indexes: Sequence[DerivedIndex], max_steps: int | None, rows: int | None = None
+    ) -> int:
+        return sum(catch_up(self.shared.db, index, max_steps, rows) for index in indexes)
 
     def take_a_step(self) -> int:
-        """One batch of each index that follows saves, in the caller's transaction."""
-        return self._catch_up(self.following_saves(), max_steps=1)
+        """One small step of each index that follows saves, in the caller's transaction."""
+        return self._catch_up(self.following_saves(), max_steps=1, rows=FOLLOW_ROWS)
 
     def catch_up_indexes(self, max_steps: int | None = None) -> int:
         """Bring the indexes that follow saves up to the rows (at most max_steps batches
@@ -101,6 +123,40 @@ class Upkeep:
         with write_transaction(db):
             forget_others(db, list(self.indexes))
             return self._catch_up(behind, max_steps)
+
+    def follow_saves(self) -> int:
+        """In the daemon, before a search and when the memory thread is idle: the indexes
+        that follow saves take in what they lack, unless that is a backlog (more than
+        BACKLOG_ROWS), which the indexer thread takes in (words_step) while searches
+        answer without it and say so. Returns the rows taken in."""
+        db = self.shared.db
+        behind = [index for index in self.following_saves() if not is_caught_up(db, index)]
+        if not behind:
+            return 0
+        small = [index for index in behind if not behind_by_more_than(db, index, BACKLOG_ROWS)]
+        with write_transaction(db):
+            for index in behind:  # one never built here is made, empty, to be searched
+                state = read_index_state(db, index)
+                if state is None or state.identity != index.identity():
+                    catch_up(db, index, max_steps=0)
+            return self._catch_up(small, max_steps=None, rows=FOLLOW_ROWS)
+
+    def words_step(self) -> int:
+        """One step of each index that follows saves and is behind: its rows read and
+        prepared (stemmed) with no lock held, then taken in with a short write. The
+        daemon's indexer runs this before any embedding, so the cheap arms have a
+        backlog in seconds. Returns the rows taken in; 0 when all were current."""
+        db = self.shared.db
+        taken = 0
+        for index in self.following_saves():
+            if is_caught_up(db, index):
+                continue
+            index.prepare(upcoming(db, index, WORDS_STEP_ROWS))
+            with write_transaction(db):
+                step = catch_up(db, index, max_steps=1, rows=WORDS_STEP_ROWS)
+            self._note_taken(index.name, step)
+            taken += step
+        return taken
 
     def embed_step(self) -> int:
         """One step of each slow index (the vectors): the rows of the next batch are
@@ -117,8 +173,26 @@ class Upkeep:
                     catch_up(db, index, max_steps=0)
             index.prepare(upcoming(db, index))  # the slow part: no lock held
             with write_transaction(db):
-                taken += catch_up(db, index, max_steps=1)
+                step = catch_up(db, index, max_steps=1)
+            self._note_taken(index.name, step)
+            taken += step
         return taken
+
+    def _note_taken(self, name: str, rows: int) -> None:
+        now = time.monotonic()
+        self._taken.append((now, name, rows))
+        while self._taken and self._taken[0][0] < now - RATE_SECONDS:
+            self._taken.popleft()
+
+    def rates(self) -> dict[str, float]:
+        """Rows/s each index took in by words_step and embed_step over the last
+        RATE_SECONDS (the pace of a backlog; saves' own rows are not counted)."""
+        since = time.monotonic() - RATE_SECONDS
+        rates: dict[str, float] = {}
+        for when, name, rows in list(self._taken):
+            if when >= since:
+                rates[name] = rates.get(name, 0.0) + rows / RATE_SECONDS
+        return rates
 
     def vector_index(self) -> VectorIndex | None:
         from oryxmem.index.vectors import VectorIndex  # numpy: only where vectors are asked for

@@ -400,7 +400,7 @@ def test_search_over_the_socket_the_client_the_cli_and_the_tool(
     assert tools[0].startswith('recall_memory|1|{"query"')
 
 
-def test_search_answers_while_vectors_are_made_and_says_how_many_are_missing(
+def test_a_backlog_is_in_the_words_before_the_vectors_and_searches_say_what_they_miss(
     workspace: Workspace, running: RunningDaemon
 ) -> None:
     path = workspace.memory_path("backlog")
@@ -414,7 +414,19 @@ def test_search_answers_while_vectors_are_made_and_says_how_many_are_missing(
         rows = "SELECT count(*) FROM memory_entries WHERE agent = 'backlog'"
         wait_until(lambda: sql(workspace, rows).strip() == "1200")  # the file is taken in
         answered = client.search("backlog", "kettles", 5)  # the indexer has barely begun
-        assert len(answered["hits"]) == 5  # the keyword arm does not wait for vectors
+        # A backlog of the words is the indexer's: a search does not wait for it, and
+        # says what it has not seen yet.
+        assert len(answered["hits"]) == 5 or answered["pending"]["words"] > 0
+        # The words take it in first; the vectors after.
+        seen: list[dict[str, dict[str, float]]] = []
+        wait_until(
+            lambda: seen.append(client.health()["indexes"]) or seen[-1]["bm25"]["pending"] == 0,
+            timeout=60,
+        )
+        assert seen[-1]["keyword"]["pending"] == 0 and seen[-1]["vectors"]["pending"] > 0
+        assert seen[-1]["bm25"]["rate"] > 0  # health says the pace too
+        answered = client.search("backlog", "kettles", 5)
+        assert len(answered["hits"]) == 5 and answered["pending"]["words"] == 0
         missing = [answered["unembedded"]]
         wait_until(
             lambda: (
@@ -424,6 +436,7 @@ def test_search_answers_while_vectors_are_made_and_says_how_many_are_missing(
             timeout=120,
         )
         assert max(missing) > 0, "the search said what it had not embedded yet"
+        assert answered["pending"]["meaning"] == answered["unembedded"]
         assert client.health()["indexes"]["vectors"]["pending"] == 0
 
 

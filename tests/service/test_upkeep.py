@@ -1,0 +1,81 @@
+"""Index upkeep in the daemon (issue 21): a backlog of rows is the indexer's, the words
+take it in before the vectors, and no save or search takes a backlog in itself."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from oryxmem.config import Config
+from oryxmem.daemon.indexer import Indexer
+from oryxmem.index import pending
+from oryxmem.service import MemoryService
+from oryxmem.service.upkeep import BACKLOG_ROWS, WORDS_STEP_ROWS
+from oryxmem.store.db import write_transaction
+from oryxmem.store.format import ARCHIVAL, NewEntry, numbered
+from oryxmem.store.rows import insert_rows
+from oryxmem.workspace import Workspace
+
+TS = "2026-11-30 10:00:00"
+BACKLOG = WORDS_STEP_ROWS * 2 + 500  # three steps of the words
+
+
+@pytest.fixture
+def in_daemon(workspace: Workspace) -> Iterator[MemoryService]:
+    service = MemoryService(workspace, Config.load(workspace.config_path), in_daemon=True)
+    yield service
+    service.close()
+
+
+def arrive(service: MemoryService, agent: str, texts: list[str]) -> None:
+    """Rows arriving at once, as a reconcile of a pulled file puts them in."""
+    entries = numbered(NewEntry(ARCHIVAL, TS, text) for text in texts)
+    with write_transaction(service.db):
+        insert_rows(service.db, agent, entries, "file")
+
+
+def backlog_of(service: MemoryService) -> dict[str, int]:
+    db = service.db
+    return {name: pending(db, index) or 0 for name, index in service.upkeep.indexes.items()}
+
+
+def test_a_backlog_is_taken_into_the_words_first_and_no_search_waits_for_it(
+    in_daemon: MemoryService,
+) -> None:
+    service = in_daemon
+    arrive(service, "pulled", [f"pulled note {n} about kettles" for n in range(BACKLOG)])
+    assert BACKLOG > BACKLOG_ROWS
+    # The memory thread leaves it (before a search, and when idle).
+    assert service.upkeep.follow_saves() == 0
+    assert backlog_of(service) == {"keyword": BACKLOG, "bm25": BACKLOG, "vectors": BACKLOG}
+    # A search meanwhile answers without it and says so; it embeds none of it itself.
+    found = service.search("pulled", "kettles", limit=5)
+    assert (found.words_pending, found.unembedded) == (BACKLOG, BACKLOG)
+    indexer = Indexer(service)
+    seen = []
+    while backlog_of(service)["vectors"] == BACKLOG:
+        assert indexer.step()
+        seen.append(backlog_of(service))
+    # Three steps of the words, each of both words indexes, and only then the vectors.
+    words = [(step["keyword"], step["bm25"]) for step in seen]
+    left = [BACKLOG - WORDS_STEP_ROWS, BACKLOG - 2 * WORDS_STEP_ROWS, 0]
+    assert words == [(n, n) for n in left] + [(0, 0)]
+    assert all(step["vectors"] == BACKLOG for step in seen[:-1])
+    assert seen[-1]["vectors"] < BACKLOG and seen[-1]["bm25"] == 0
+    rates = indexer.upkeep.rates()
+    assert rates["bm25"] > 0 and rates["keyword"] > 0 and rates["vectors"] > 0
+    found = service.search("pulled", "kettles", limit=5)
+    assert found.words_pending == 0 and len(found.hits) == 5
+    assert 0 < found.unembedded < BACKLOG
+
+
+def test_the_saves_rows_are_taken_into_the_words_before_a_search(
+    in_daemon: MemoryService,
+) -> None:
+    service = in_daemon
+    arrive(service, "coder", ["the kettle is in the second drawer"])
+    assert service.upkeep.follow_saves() == 2  # the row, into each of the two words indexes
+    found = service.search("coder", "kettle", limit=5)
+    assert found.words_pending == 0
+    assert [hit.entry.content for hit in found.hits] == ["the kettle is in the second drawer"]
