@@ -14,6 +14,7 @@ import logging
 import os
 import signal
 import socket
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,7 @@ from oryxmem.workspace import Workspace, socket_path
 
 log = logging.getLogger("oryxmem.daemon")
 DRAIN_SECONDS = 10.0
+SWITCH_INTERVAL_SECONDS = 0.001  # how often a busy thread hands the interpreter on
 
 
 class Daemon:
@@ -83,6 +85,10 @@ class Daemon:
 
     def run(self) -> int:
         self._take_workspace_lock()
+        # A thread busy in Python (the indexer stemming a backlog) lets the others have
+        # the interpreter only this often: at CPython's 5 ms, every save behind it waited
+        # up to 5 ms at each of its hops between threads.
+        sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)
         BACKENDS.load(self.config.backend)  # one that cannot be loaded stops us here, in one line
         raise_open_file_limit()  # a lock file (and a MEMORY.md) stays open per agent
         activated = sockets.from_systemd()

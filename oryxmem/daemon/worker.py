@@ -379,7 +379,8 @@ class MemoryWorker:
     def _index_step(self) -> None:
         try:
             with brief_wait(self.saving.shared.db, LOCKED_WAIT_MS):
-                self._indexes_behind = self.upkeep.follow_saves() > 0
+                self.upkeep.follow_saves()  # not a backlog: that is the indexer's
+                self._indexes_behind = not self.upkeep.words_caught_up()
         except Exception as error:  # derived: retried later, never in the way of a save
             if not is_locked(error):
                 log_failure(log, "catching the indexes up failed; will retry", error)

@@ -60,6 +60,7 @@ class Upkeep:
         self._arms: dict[str, str | None] = {}  # search arm -> the index that is it
         self._from_sessions: dict[str, SessionIndex] | None = None
         self._taken: deque[tuple[float, str, int]] = deque()  # (when, index, rows)
+        self._taking_backlog: set[str] = set()  # the indexes words_step is taking one into
 
     @property
     def indexes(self) -> dict[str, DerivedIndex]:
@@ -141,16 +142,28 @@ class Upkeep:
                     catch_up(db, index, max_steps=0)
             return self._catch_up(small, max_steps=None, rows=FOLLOW_ROWS)
 
+    def words_caught_up(self) -> bool:
+        """Have the indexes that follow saves taken in every row?"""
+        return all(is_caught_up(self.shared.db, index) for index in self.following_saves())
+
     def words_step(self) -> int:
-        """One step of each index that follows saves and is behind: its rows read and
+        """One step of each index that follows saves and has a backlog (more than
+        BACKLOG_ROWS to take in; once begun, taken to its end): its rows read and
         prepared (stemmed) with no lock held, then taken in with a short write. The
         daemon's indexer runs this before any embedding, so the cheap arms have a
-        backlog in seconds. Returns the rows taken in; 0 when all were current."""
+        backlog in seconds; what the saves bring is the memory thread's (two writers of
+        one index would wait on each other's lock, and a save on the memory thread's).
+        Returns the rows taken in; 0: no backlog."""
         db = self.shared.db
         taken = 0
         for index in self.following_saves():
             if is_caught_up(db, index):
+                self._taking_backlog.discard(index.name)
                 continue
+            if index.name not in self._taking_backlog:  # a backlog it takes to the end
+                if not behind_by_more_than(db, index, BACKLOG_ROWS):
+                    continue
+                self._taking_backlog.add(index.name)
             index.prepare(upcoming(db, index, WORDS_STEP_ROWS))
             with write_transaction(db):
                 step = catch_up(db, index, max_steps=1, rows=WORDS_STEP_ROWS)
