@@ -160,6 +160,20 @@ def read_index_state(db: Executes, index: DerivedIndex) -> IndexState | None:
     return None if row is None else IndexState(int(row[0]), int(row[1]), int(row[2]))
 
 
+def built_state(db: Executes, index: DerivedIndex) -> IndexState | None:
+    """The index's state, when it was built here at its version (None: not yet, or
+    built for another version, and so to be made again)."""
+    state = read_index_state(db, index)
+    return None if state is None or state.identity != index.identity() else state
+
+
+def ensure_built(db: Database, index: DerivedIndex) -> None:
+    """Make the index (again), empty, when it was not built here at its version: quick.
+    The caller holds a write transaction."""
+    if built_state(db, index) is None:
+        rebuild(db, index)
+
+
 def _latest_seq(db: Executes) -> int:
     return int(db.execute("SELECT coalesce(max(seq), 0) FROM memory_changes").fetchone()[0])
 
@@ -186,8 +200,8 @@ def rebuild(db: Database, index: DerivedIndex) -> None:
 def pending(db: Executes, index: DerivedIndex, agent: str | None = None) -> int | None:
     """How many of the rows' changes the index has not taken in yet (None: it was never
     built here). With an agent, only that agent's."""
-    state = read_index_state(db, index)
-    if state is None or state.identity != index.identity():
+    state = built_state(db, index)
+    if state is None:
         where, args = ("WHERE agent = ?", [agent]) if agent is not None else ("", [])
         return int(db.execute(f"SELECT count(*) FROM memory_entries {where}", args).fetchone()[0])
     args = [agent] if agent is not None else []
@@ -206,8 +220,8 @@ def pending(db: Executes, index: DerivedIndex, agent: str | None = None) -> int 
 
 def unindexed_row_ids(db: Executes, index: DerivedIndex, agent: str) -> list[int] | None:
     """The agent's rows whose current text the index may not have (None: it has none)."""
-    state = read_index_state(db, index)
-    if state is None or state.identity != index.identity():
+    state = built_state(db, index)
+    if state is None:
         return None
     rows = db.execute(
         "SELECT row_id FROM memory_changes WHERE seq > ? AND agent = ?", [state.cursor, agent]
@@ -224,8 +238,8 @@ def newest_changed(db: Executes, index: DerivedIndex, agent: str, limit: int) ->
     """Up to limit of the agent's rows changed since the index's cursor (saved, edited or
     deleted a moment ago), the latest first. Rows a rebuild has not reached are not
     among them (none while the index was never built here)."""
-    state = read_index_state(db, index)
-    if state is None or state.identity != index.identity():
+    state = built_state(db, index)
+    if state is None:
         return []
     changed = db.execute(
         "SELECT row_id FROM memory_changes WHERE seq > ? AND agent = ?"
@@ -237,8 +251,8 @@ def newest_changed(db: Executes, index: DerivedIndex, agent: str, limit: int) ->
 
 def is_caught_up(db: Executes, index: DerivedIndex) -> bool:
     """One probe: has the index taken in every change, and finished any rebuild?"""
-    state = read_index_state(db, index)
-    if state is None or state.identity != index.identity() or state.backfill_below:
+    state = built_state(db, index)
+    if state is None or state.backfill_below:
         return False
     later = db.execute("SELECT 1 FROM memory_changes WHERE seq > ? LIMIT 1", [state.cursor])
     return later.fetchone() is None
@@ -287,8 +301,8 @@ def next_step(
 def upcoming(db: Executes, index: DerivedIndex, rows: int | None = None) -> list[IndexRow]:
     """The rows the next step of catch_up (of ``rows``) will take in (none while the index
     is not built at its version): what an index prepares outside the write lock."""
-    state = read_index_state(db, index)
-    if state is None or state.identity != index.identity():
+    state = built_state(db, index)
+    if state is None:
         return []
     step = next_step(db, index, state, rows)
     return step.rows if step is not None else []
@@ -298,9 +312,9 @@ def behind_by_more_than(db: Executes, index: DerivedIndex, rows: int) -> bool:
     """Has the index more than ``rows`` rows to take in (changes since its cursor, rows a
     rebuild has still to reach, or every row when it was never built here)? At most
     rows + 1 of each are looked at: a probe, whatever the backlog."""
-    state = read_index_state(db, index)
+    state = built_state(db, index)
     probes: list[tuple[str, list[int]]]
-    if state is None or state.identity != index.identity():
+    if state is None:
         probes = [("SELECT 1 FROM memory_entries LIMIT ?", [])]
     else:
         probes = [("SELECT 1 FROM memory_changes WHERE seq > ? LIMIT ?", [state.cursor])]
@@ -321,8 +335,8 @@ def catch_up(
     """Take in changes since the cursor, then continue a rebuild; the caller holds a write
     transaction. At most max_steps batches of ``rows`` (None: the index's own batch; until
     caught up). Returns the rows taken in."""
-    state = read_index_state(db, index)
-    if state is None or state.identity != index.identity():
+    state = built_state(db, index)
+    if state is None:
         rebuild(db, index)
         state = read_index_state(db, index)
         assert state is not None

@@ -31,10 +31,10 @@ from oryxmem.index import (
     DerivedIndex,
     Hit,
     IndexRow,
+    built_state,
     index_rows,
     newest_changed,
     pending,
-    read_index_state,
 )
 from oryxmem.store.db import Executes, database_file, insert_values, select_in
 
@@ -335,8 +335,7 @@ class VectorIndex(DerivedIndex):
         out): a search right after a save finds it by meaning, and one during a backlog
         embeds nothing."""
         empty = Scores(np.zeros(0, np.int64), np.zeros(0, np.float32), 0)
-        state = read_index_state(db, self)
-        if state is None or state.identity != self.identity():  # not built here yet
+        if built_state(db, self) is None:  # not built here yet
             return Scores(empty.row_ids, empty.similarity, pending(db, self, agent) or 0)
         waiting = pending(db, self, agent) or 0
         fresh_ids = newest_changed(db, self, agent, FRESH_ROWS) if waiting <= FRESH_ROWS else []

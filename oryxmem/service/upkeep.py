@@ -1,8 +1,8 @@
 """Index upkeep: the derived indexes kept up to the rows (oryxmem/index/).
 
 The indexes that follow saves (keyword, BM25, "the words") take in the saves' rows in
-small steps of FOLLOW_ROWS, in the mirror's own transaction or before a search; a
-backlog bigger than that (a restore, a git pull, an import, a reindex) is taken in by
+steps of FOLLOW_ROWS, in the mirror's own transaction or before a search; a backlog
+(more than BACKLOG_ROWS: a restore, a git pull, an import, a reindex) is taken in by
 ``words_step``, on the daemon's indexer thread, in steps prepared (stemmed) with no lock
 held and written in short transactions, before any vector is embedded. The slow indexes
 (the vectors) embed a batch with no lock held, then take it in with a short write
@@ -23,12 +23,13 @@ from oryxmem.index import (
     DerivedIndex,
     SessionIndex,
     behind_by_more_than,
+    built_state,
     catch_up,
+    ensure_built,
     forget_others,
     is_caught_up,
     load_indexes,
     pending,
-    read_index_state,
     rebuild,
     upcoming,
 )
@@ -137,9 +138,7 @@ class Upkeep:
         small = [index for index in behind if not behind_by_more_than(db, index, BACKLOG_ROWS)]
         with write_transaction(db):
             for index in behind:  # one never built here is made, empty, to be searched
-                state = read_index_state(db, index)
-                if state is None or state.identity != index.identity():
-                    catch_up(db, index, max_steps=0)
+                ensure_built(db, index)
             return self._catch_up(small, max_steps=None, rows=FOLLOW_ROWS)
 
     def words_caught_up(self) -> bool:
@@ -180,10 +179,9 @@ class Upkeep:
         for index in self.indexes.values():
             if index.follows_saves or is_caught_up(db, index):
                 continue
-            state = read_index_state(db, index)
-            if state is None or state.identity != index.identity():
-                with write_transaction(db):  # made (again), empty: quick
-                    catch_up(db, index, max_steps=0)
+            if built_state(db, index) is None:
+                with write_transaction(db):
+                    ensure_built(db, index)
             index.prepare(upcoming(db, index))  # the slow part: no lock held
             with write_transaction(db):
                 step = catch_up(db, index, max_steps=1)
