@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +27,8 @@ from oryxmem.cli.base import (
 from oryxmem.config import Config
 from oryxmem.errors import OryxError
 from oryxmem.workspace import init_workspace, open_workspace, socket_path
+
+MIRROR_WAIT_SECONDS = 10.0  # what sync waits for a running daemon to mirror its saves
 
 if TYPE_CHECKING:
     from oryxmem.sync.engine import AgentReport
@@ -179,10 +182,7 @@ def sync(ctx: Context, agent: str | None, check: bool, watch: bool, as_json: boo
     if watch:
         _watch(ctx)
         return
-    # A running daemon puts the saves it answered into the rows before any call it
-    # answers (it mirrors them within a second otherwise): one call first, so this pass
-    # does not take a save in flight for a drift.
-    ctx.daemon_health()
+    _let_the_daemon_mirror(ctx)
     agents = None if agent is None else [ctx.service.resolve(agent).agent]
     total = len(ctx.service.sync_engine().known_agents()) if agents is None else 1
     show_bar = not as_json and sys.stderr.isatty() and total > 20
@@ -200,6 +200,18 @@ def sync(ctx: Context, agent: str | None, check: bool, watch: bool, as_json: boo
         raise SystemExit(1)
     if any(report.status in ("conflicted", "unreadable") for report in reports):
         raise SystemExit(1)
+
+
+def _let_the_daemon_mirror(ctx: Context) -> None:
+    """A running daemon puts the saves it answered into the rows before any call it
+    answers (within a second otherwise), unless the database is locked a moment: ask
+    until none waits (at most MIRROR_WAIT_SECONDS), so that this pass does not take a
+    save in flight for a drift."""
+    deadline = time.monotonic() + MIRROR_WAIT_SECONDS
+    while (health := ctx.daemon_health()) and health.get("rows_waiting"):
+        if time.monotonic() > deadline:
+            return
+        time.sleep(0.05)
 
 
 def _echo_reports(reports: list[AgentReport], check: bool, every: bool) -> None:

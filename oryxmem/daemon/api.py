@@ -368,7 +368,13 @@ def handles(name: str) -> Callable[[OperationHandler], OperationHandler]:
 @handles("health")
 async def health(request: web.Request, args: Args) -> Any:
     def summary(service: MemoryService) -> dict[str, Any]:
-        return {"sync": sync_summary(service.db), "indexes": service.index_summary()}
+        return {
+            "sync": sync_summary(service.db),
+            "indexes": service.index_summary(),
+            # answered saves still not in the rows after the mirror this call began with
+            # (the database was locked): their agents
+            "rows_waiting": service.saving.unmirrored_agents,
+        }
 
     data = request.app[HEALTH]()
     rates = data.pop("index_rates", {})
