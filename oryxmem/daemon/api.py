@@ -368,13 +368,10 @@ def handles(name: str) -> Callable[[OperationHandler], OperationHandler]:
 @handles("health")
 async def health(request: web.Request, args: Args) -> Any:
     def summary(service: MemoryService) -> dict[str, Any]:
-        return {
-            "sync": sync_summary(service.db),
-            "indexes": service.index_summary(),
-            # answered saves still not in the rows after the mirror this call began with
-            # (the database was locked): their agents
-            "rows_waiting": service.saving.unmirrored_agents,
-        }
+        # rows_waiting: the agents whose answered saves the mirror this call began with
+        # could not put in the rows (the database was locked a moment)
+        indexes, waiting = service.index_summary(), service.saving.unmirrored_agents
+        return {"sync": sync_summary(service.db), "indexes": indexes, "rows_waiting": waiting}
 
     data = request.app[HEALTH]()
     rates = data.pop("index_rates", {})
