@@ -42,6 +42,7 @@ from support.sync import (
     sql,
     stale_editor,
     storm_of_events,
+    unsettled,
     watched_scratch_folder,
 )
 
@@ -178,9 +179,13 @@ class Soak:
         return self.rng.choice(self.clients)
 
     def quiet(self) -> None:
-        """Let what is in flight reach both sides, as a human takes seconds to type."""
+        """Let what is in flight reach both sides and be recorded as agreed, as a human
+        takes seconds to type (a file removed mid-reconcile would keep the rows the
+        daemon had not yet recorded as in it: they look added since)."""
         deadline = time.monotonic() + SETTLE_SECONDS
-        while time.monotonic() < deadline and disagreements(self.workspace):
+        while time.monotonic() < deadline and (
+            disagreements(self.workspace) or unsettled(self.workspace)
+        ):
             time.sleep(0.05)
 
     def write_by_rename(self, path: Path, text: str) -> None:

@@ -12,6 +12,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from oryxmem.fileio import file_stat
+from oryxmem.store import rows as stored_rows
 from oryxmem.store.db import connect
 from oryxmem.store.format import parse
 from oryxmem.workspace import Workspace
@@ -75,6 +77,22 @@ def disagreements(workspace: Workspace) -> list[str]:
     for tmp in workspace.os_dir.rglob("*.tmp"):
         problems.append(f"temp file left behind: {tmp}")
     return problems
+
+
+def unsettled(workspace: Workspace) -> list[str]:
+    """The agents whose MEMORY.md the daemon has not yet recorded as agreed as it is now
+    (a reconcile in flight: the sides may already match while the agreed state lags)."""
+    names = [""] + [p.name for p in workspace.agents_dir.iterdir() if p.is_dir()]
+    db = connect(workspace.db_path)
+    try:
+        return [
+            agent
+            for agent in names
+            if (stat := file_stat(workspace.memory_path(agent))) is not None
+            and not stored_rows.is_settled(db, agent, stat)
+        ]
+    finally:
+        db.close()
 
 
 def wait_until(condition: Callable[[], bool], timeout: float = 20.0, step: float = 0.02) -> float:
