@@ -2,8 +2,9 @@
 
 One daemon on a workspace whose agent holds --agent-entries archival entries. A real
 `oryxmem mcp` subprocess, driven by the SDK's stdio client, times each tool warm (the
-same call over HTTP beside it, for comparison); then each hook runs as a host runs it,
-a fresh process with its JSON on stdin, and its wall time is taken.
+same call over HTTP beside it, and the SDK's own stdio server with an echo tool as the
+floor a call over a pipe costs here); then each hook runs as a host runs it, a fresh
+process with its JSON on stdin, and its wall time is taken.
 
 Run: python -m bench.agents_bench [--agent-entries 1000] [--calls 200] [--hooks 20]
 """
@@ -54,21 +55,22 @@ def seed(root: Path, count: int) -> None:
     )
 
 
-def mcp_calls(root: Path, env: dict[str, str], calls: int) -> dict[str, list[float]]:
-    """Milliseconds of each warm tool call, by tool."""
-    tools: dict[str, dict[str, Any]] = {
-        "recall_memory": {"keyword": "note 77 about"},
-        "search_memory": {"query": "which editor does the user like", "limit": 5},
-        "memory_block": {},
-        "save_memory": {"content": "a benchmark save"},
-    }
+ECHO_SERVER = """
+from mcp.server.mcpserver import MCPServer
+server = MCPServer("echo", log_level="WARNING")
+@server.tool(structured_output=False)
+def echo(text: str) -> str:
+    return text
+server.run("stdio")
+"""
+
+
+def timed_tools(
+    params: StdioServerParameters, tools: dict[str, dict[str, Any]], calls: int
+) -> dict[str, list[float]]:
+    """Milliseconds of each warm call of each tool, through the SDK's stdio client."""
 
     async def main() -> dict[str, list[float]]:
-        params = StdioServerParameters(
-            command=sys.executable,
-            args=["-m", "oryxmem", "--root", str(root), "mcp", "--agent", "coder"],
-            env=env,
-        )
         timed: dict[str, list[float]] = {}
         async with MCPClient(params) as client:
             for name, arguments in tools.items():
@@ -84,6 +86,29 @@ def mcp_calls(root: Path, env: dict[str, str], calls: int) -> dict[str, list[flo
         return timed
 
     return anyio.run(main)
+
+
+def echo_floor(calls: int) -> list[float]:
+    """The SDK's own stdio server with a tool that returns its argument: what a call
+    over stdio costs on this machine with nothing behind it."""
+    params = StdioServerParameters(command=sys.executable, args=["-c", ECHO_SERVER])
+    return timed_tools(params, {"echo": {"text": "hi"}}, calls)["echo"]
+
+
+def mcp_calls(root: Path, env: dict[str, str], calls: int) -> dict[str, list[float]]:
+    """Milliseconds of each warm tool call, by tool."""
+    tools: dict[str, dict[str, Any]] = {
+        "recall_memory": {"keyword": "note 77 about"},
+        "search_memory": {"query": "which editor does the user like", "limit": 5},
+        "memory_block": {},
+        "save_memory": {"content": "a benchmark save"},
+    }
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "oryxmem", "--root", str(root), "mcp", "--agent", "coder"],
+        env=env,
+    )
+    return timed_tools(params, tools, calls)
 
 
 def hook_runs(
@@ -138,20 +163,32 @@ def run(args: argparse.Namespace) -> list[Figure]:
             http = time_calls(
                 lambda: client.recall_memory_tool({"keyword": "note 77 about"}, "coder"), args.calls
             )
+            context = time_calls(lambda: client.context("coder"), args.calls)
             client.close()
             timed = mcp_calls(root, env, args.calls)
+            floor = statistics.median(echo_floor(args.calls))
             recall = timed["recall_memory"]
-            figures.append(
+            block = statistics.median(timed["memory_block"])
+            figures += [
+                Figure("floor: the SDK's stdio, an echo tool, p50", floor, "ms"),
+                Figure("MCP memory_block p50, warm", block, "ms", at_most(3, 21, "ms")),
+                Figure("  same call over HTTP (context), p50", statistics.median(context), "ms"),
+                Figure("  MCP's cost over HTTP", block - statistics.median(context), "ms"),
                 Figure(
                     "MCP recall_memory p50, warm",
                     statistics.median(recall),
                     "ms",
                     at_most(5, 13, "ms"),
-                )
-            )
-            figures.append(Figure("MCP recall_memory p99, warm", percentile(recall, 0.99), "ms"))
-            figures.append(Figure("  same tool over HTTP, p50", statistics.median(http), "ms"))
-            for name in ("search_memory", "memory_block", "save_memory"):
+                ),
+                Figure("MCP recall_memory p99, warm", percentile(recall, 0.99), "ms"),
+                Figure("  same tool over HTTP, p50", statistics.median(http), "ms"),
+                Figure(
+                    "  MCP's cost over HTTP",
+                    statistics.median(recall) - statistics.median(http),
+                    "ms",
+                ),
+            ]
+            for name in ("search_memory", "save_memory"):
                 figures.append(
                     Figure(f"MCP {name} p50, warm", statistics.median(timed[name]), "ms")
                 )

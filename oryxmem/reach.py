@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from oryxmem.config import Config
 from oryxmem.errors import ContentTooLongError, DaemonUnavailableError
+from oryxmem.fileio import FileStat, file_stat
 from oryxmem.workspace import open_workspace, socket_path
 
 if TYPE_CHECKING:
@@ -35,6 +36,7 @@ class Reach:
         self._service: MemoryService | None = None
         self._client: Client | None = None
         self._daemon_checked = False
+        self._config: tuple[FileStat | None, Config] | None = None  # as read, at that stat
 
     @property
     def service(self) -> MemoryService:
@@ -59,8 +61,13 @@ class Reach:
         return self._client
 
     def config(self) -> Config:
-        """The workspace's configuration as the file says now."""
-        return Config.load(open_workspace(self.root).config_path)
+        """The workspace's configuration as the file says now: read again only when its
+        stat has changed (a long-lived caller asks at every call)."""
+        path = open_workspace(self.root).config_path
+        stat = file_stat(path)
+        if self._config is None or self._config[0] != stat or stat is None:
+            self._config = (stat, Config.load(path))
+        return self._config[1]
 
     def check_content(self, content: str) -> None:
         """Refuse content longer than one entry may hold before it is sent anywhere: a

@@ -19,6 +19,7 @@ from oryxmem.operations import MAX_RESULTS
 from oryxmem.payloads import recall_data, save_data
 from oryxmem.service import MemoryService, SaveRequest
 from oryxmem.store.format import ARCHIVAL, has_lone_surrogate
+from oryxmem.store.sessions import ToolRecord, tool_record
 
 log = logging.getLogger("oryxmem.tools")
 
@@ -60,15 +61,18 @@ class ToolCall:
     def input(self) -> dict[str, Any]:
         return {k: v for k, v in self.body.items() if k not in ("agent", "session")}
 
-    def record(self, service: MemoryService, output: Any, ok: bool) -> None:
-        """Into tool_invocations. A record that cannot be written (the database locked
-        past its timeout, a full disk) is logged: it never turns a call that was carried
-        out, a save above all, into a reported failure."""
+    def recorded(self, output: Any, ok: bool) -> ToolRecord:
+        """What tool_invocations keeps of this call, answered now with ``output``."""
         served = str(output.get("agent", self.agent or "")) if ok else self.agent or ""
+        ms = (time.perf_counter() - self.started) * 1000
+        return tool_record(self.tool, served, self.session, self.input, output, ok, ms)
+
+    def record(self, service: MemoryService, output: Any, ok: bool) -> None:
+        """Into tool_invocations at once. A record that cannot be written (the database
+        locked past its timeout, a full disk) is logged: it never turns a call that was
+        carried out, a save above all, into a reported failure."""
         try:
-            service.record_tool(
-                self.tool, served, self.session, self.input, output, ok, self.started
-            )
+            service.record_tool(self.recorded(output, ok))
         except Exception as error:  # the call stands; its record is what is missing
             log.warning("the %s call was not recorded in tool_invocations: %s", self.tool, error)
 

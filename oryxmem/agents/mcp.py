@@ -5,8 +5,9 @@ share its one writer; with no daemon running, the stores are used directly with 
 same locks as the CLI (reach.py). save_memory and recall_memory are the seed's tools,
 exactly as on the socket and recorded in tool_invocations; search_memory and
 memory_block read. A result is capped at RESULT_CHARS, and says how to ask for the
-rest (``offset``). Nothing but the protocol reaches stdout: the SDK points fd 1 at
-stderr while it serves, and everything of ours logs to stderr.
+rest (``offset``). The host's pipes are read and written on the event loop (stdio.py);
+nothing but the protocol reaches stdout: fd 1 points at stderr while it serves, and
+everything of ours logs to stderr.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from mcp.types import ToolAnnotations
 from pydantic import Field
 
 from oryxmem import __version__
+from oryxmem.agents.stdio import run_over_stdio
 from oryxmem.errors import OryxError
 from oryxmem.operations import MAX_RESULTS
 from oryxmem.reach import Reach
@@ -257,6 +259,6 @@ def serve(root: str | None, agent: str | None) -> None:
     try:
         with contextlib.suppress(OryxError, OSError):  # each call says what is wrong
             reach.start_daemon()
-        build_server(MemoryTools(reach, agent)).run("stdio")
+        run_over_stdio(build_server(MemoryTools(reach, agent)))
     finally:
         reach.close()

@@ -496,7 +496,8 @@ async def tool_save_memory(request: web.Request, args: Args) -> Any:
     call = tool_call(request, "save_memory", request[BODY])
 
     async def save(service: MemoryService) -> Any:
-        ref = await run(request, lambda s: s.resolve(call.agent))
+        # On a reader: on the memory thread it would wait for a mirror of earlier saves.
+        ref = await asyncio.wrap_future(request.app[READERS].call(lambda s: s.resolve(call.agent)))
         saving = save_request(call.body, "socket")
         return save_data(await request.app[WORKER].save_on_loop(ref, saving))
 
@@ -525,15 +526,15 @@ def tool_call(request: web.Request, tool: str, body: dict[str, Any]) -> ToolCall
 async def _tool(
     request: web.Request, call: ToolCall, do: Callable[[MemoryService], Awaitable[Any]]
 ) -> Any:
-    """Run a tool exactly as an agent calls it, and record the call in tool_invocations."""
-    readers = request.app[READERS]  # the record never queues a save behind a lock
+    """Run a tool exactly as an agent calls it; its record goes to tool_invocations with
+    the memory thread's next mirror, never between the call and its answer."""
+    worker = request.app[WORKER]
     try:
-        output = await do(request.app[WORKER].service)
+        output = await do(worker.service)
     except OryxError as error:
-        failure = call.failure(error)
-        await asyncio.wrap_future(readers.call(lambda s: call.record(s, failure, False)))
+        worker.record_tool(call.recorded(call.failure(error), False))
         raise
-    await asyncio.wrap_future(readers.call(lambda s: call.record(s, output, True)))
+    worker.record_tool(call.recorded(output, True))
     return output
 
 

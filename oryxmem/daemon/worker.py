@@ -19,9 +19,11 @@ MIRROR_IDLE_SECONDS if it last mirrored MIRROR_MIN_GAP_SECONDS ago, and always
 before it runs any other call (a recall, a context, a reconcile by the sync
 thread), so every reader that goes through the daemon sees the rows of every
 save acknowledged before it. Only a program reading the table directly sees the
-lag: at most a second. A mirror costs far less per entry in a big transaction
-than in many small ones, and the indexes that follow saves (the words) take the
-saves' rows in within it (up to upkeep.FOLLOW_ROWS; the indexer takes any more).
+lag: at most a second. The records of tool calls (tool_invocations) go in with
+the mirror, in its transaction, never between a call and its answer. A mirror
+costs far less per entry in a big transaction than in many small ones, and the
+indexes that follow saves (the words) take the saves' rows in within it (up to
+upkeep.FOLLOW_ROWS; the indexer takes any more).
 When there is nothing else to do, and at least every INDEX_MAX_LAG_SECONDS under
 load, they take in what a reconcile changed (recall is exact meanwhile: it checks
 the rows the index has not taken in; a search has them taken in first). A backlog (more than
@@ -47,6 +49,7 @@ from oryxmem.errors import DaemonUnavailableError, OryxError, log_failure
 from oryxmem.service import MemoryService, Outcome, SaveBatch, SaveRequest, SaveResult
 from oryxmem.service.saving import Saving
 from oryxmem.store.db import brief_wait, is_locked
+from oryxmem.store.sessions import ToolRecord
 from oryxmem.workspace import AgentRef
 
 log = logging.getLogger("oryxmem.daemon")
@@ -86,6 +89,14 @@ class _Call:
     future: Future[Any] = field(default_factory=Future)
 
 
+class _Wake:
+    """Wakes the thread for what waits to be mirrored (a tool call's record): no call,
+    so it does not mirror at once as a call would."""
+
+
+Job = _Save | _Call | _Wake
+
+
 def _resolve(outcomes: list[tuple[_Save, Outcome]]) -> None:
     """Set the outcomes of saves; runs on the loop of the callers that awaited them."""
     for job, outcome in outcomes:
@@ -97,7 +108,7 @@ def _resolve(outcomes: list[tuple[_Save, Outcome]]) -> None:
             job.future.set_result(outcome)
 
 
-def _fail(jobs: Sequence[_Save | _Call], error: BaseException) -> None:
+def _fail(jobs: Sequence[Job], error: BaseException) -> None:
     """Fail every job of a batch not answered yet (the others keep their answer)."""
     _send([(job, error) for job in jobs if isinstance(job, _Save)])
     for job in jobs:
@@ -155,7 +166,7 @@ class MemoryWorker:
         self.upkeep = service.upkeep
         self.on_lagging = on_lagging  # tells the sync watcher to look at this agent soon
         self.on_mirrored = on_mirrored  # tells the indexer thread there are rows to embed
-        self._jobs: queue.Queue[_Save | _Call | None] = queue.Queue()
+        self._jobs: queue.Queue[Job | None] = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="oryxmem-memory", daemon=True)
         self._writers = ThreadPoolExecutor(WRITER_THREADS, thread_name_prefix="oryxmem-write")
         self._accepting = threading.Lock()  # no job is queued after the stop marker
@@ -191,10 +202,11 @@ class MemoryWorker:
         busy = self._busy_since
         return 0.0 if busy is None else time.monotonic() - busy
 
-    def _queue(self, job: _Save | _Call) -> None:
+    def _queue(self, job: Job) -> None:
         with self._accepting:
             if self._stopping:
-                job.future.set_exception(DaemonUnavailableError("the daemon is stopping"))
+                if not isinstance(job, _Wake):
+                    job.future.set_exception(DaemonUnavailableError("the daemon is stopping"))
             else:
                 self._jobs.put(job)
 
@@ -208,6 +220,12 @@ class MemoryWorker:
         self._queue(job)
         assert isinstance(job.future, Future)
         return job.future
+
+    def record_tool(self, record: ToolRecord) -> None:
+        """A tool call's record, written with the next mirror (within
+        MIRROR_MAX_AGE_SECONDS); the caller does not wait for it."""
+        if self.saving.queue_record(record):
+            self._queue(_Wake())
 
     def save_on_loop(self, ref: AgentRef, request: SaveRequest) -> asyncio.Future[SaveResult]:
         """save() for a caller on the running event loop: await the result."""
@@ -237,7 +255,7 @@ class MemoryWorker:
 
     # --- the thread -------------------------------------------------------------
 
-    def _next_job(self) -> _Save | _Call | None:
+    def _next_job(self) -> Job | None:
         """The next job; mirrors what is pending while the queue is idle or it grows old,
         lets the indexes catch up while there is nothing else to do (and at least every
         INDEX_MAX_LAG_SECONDS while calls keep coming), and writes put-off saves once
@@ -303,7 +321,7 @@ class MemoryWorker:
             self._guarded(batch, partial(self._run_batch, batch))
             self._retry_deferred()
 
-    def _guarded(self, jobs: Sequence[_Save | _Call], work: Callable[[], None]) -> None:
+    def _guarded(self, jobs: Sequence[Job], work: Callable[[], None]) -> None:
         self._busy_since = time.monotonic()
         try:
             work()
@@ -313,12 +331,12 @@ class MemoryWorker:
         finally:
             self._busy_since = None
 
-    def _run_batch(self, batch: list[_Save | _Call]) -> None:
+    def _run_batch(self, batch: list[Job]) -> None:
         saves: dict[str, list[_Save]] = {}
         for job in batch:
             if isinstance(job, _Save):
                 saves.setdefault(job.ref.agent, []).append(job)
-            else:
+            elif isinstance(job, _Call):
                 self._mirror()  # a reader sees every acknowledged save
                 self._run_call(job)
         if saves:

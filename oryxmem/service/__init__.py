@@ -41,6 +41,7 @@ from oryxmem.service.saving import (
 from oryxmem.service.shared import Shared
 from oryxmem.store import rows
 from oryxmem.store.format import ARCHIVAL
+from oryxmem.store.sessions import ToolRecord
 from oryxmem.workspace import AgentRef, Workspace, open_workspace
 
 if TYPE_CHECKING:
@@ -343,14 +344,5 @@ class MemoryService:
     def import_sessions(self, paths: Sequence[Path], agent: str | None) -> list[dict[str, Any]]:
         return self.sessions.import_sessions(paths, agent)
 
-    def record_tool(
-        self,
-        tool: str,
-        agent: str,
-        session: str | None,
-        input: dict[str, Any],
-        output: Any,
-        ok: bool,
-        started: float,
-    ) -> None:
-        self.sessions.record_tool(tool, agent, session, input, output, ok, started)
+    def record_tool(self, record: ToolRecord) -> None:
+        self.sessions.record_tool(record)

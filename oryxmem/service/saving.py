@@ -11,6 +11,7 @@ mirror on the memory thread, the write on a writer thread per agent.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from oryxmem.store import rows
 from oryxmem.store.db import brief_wait, is_locked, write_transaction
 from oryxmem.store.format import ARCHIVAL, Entry
 from oryxmem.store.markdown import Append, MarkdownMemoryStore
+from oryxmem.store.sessions import ToolRecord, insert_tool_records
 from oryxmem.workspace import AgentRef
 
 log = logging.getLogger("oryxmem")
@@ -104,6 +106,12 @@ class Saving:
         self.shared = shared
         self._indexes_take_a_step = indexes_take_a_step
         self._unmirrored: dict[str, _Unmirrored] = {}
+        # Tool calls answered but not yet in tool_invocations, with when the first came
+        # (monotonic): written with the next mirror, in its transaction. Queued from
+        # the event loop, written on the memory thread.
+        self._records: list[ToolRecord] = []
+        self._records_since: float | None = None
+        self._records_lock = threading.Lock()
         self._failing = False  # the last mirror failed: said once per spell
         self.mirror_not_before = 0.0  # after a failure, when to try again (monotonic)
         self.batches = 0
@@ -228,22 +236,50 @@ class Saving:
 
     @property
     def unmirrored_since(self) -> float | None:
-        """When the oldest save not yet in the rows was written (monotonic), if any."""
-        return min((p.since for p in self._unmirrored.values()), default=None)
+        """When the oldest save (or tool call) not yet in the rows came (monotonic)."""
+        since = [p.since for p in self._unmirrored.values()]
+        records = self._records_since
+        return min(since if records is None else [*since, records], default=None)
+
+    def queue_record(self, record: ToolRecord) -> bool:
+        """A tool call's record, for tool_invocations with the next mirror (a call is
+        never answered later for its record: the record is not memory). True when it
+        is the first waiting."""
+        with self._records_lock:
+            self._records.append(record)
+            first = self._records_since is None
+            if first:
+                self._records_since = time.monotonic()
+            return first
+
+    def _take_records(self) -> tuple[list[ToolRecord], float | None]:
+        with self._records_lock:
+            taken = self._records, self._records_since
+            self._records, self._records_since = [], None
+            return taken
+
+    def _put_back_records(self, records: list[ToolRecord], since: float | None) -> None:
+        with self._records_lock:
+            self._records = records + self._records
+            if since is not None:
+                self._records_since = min(since, self._records_since or since)
 
     def mirror_saves(self, *, indexes_follow: bool = False) -> list[str]:
         """Every save written but not yet in the rows goes in, in one transaction (with
         ``indexes_follow``, the indexes that follow saves take a batch in it too). Returns
         the agents whose rows still lag their file (someone else wrote too): reconcile
-        them soon. A failure here loses nothing (the files have every save): the saves
-        stay queued, and the first failure of a spell is logged."""
-        if not self._unmirrored:
+        them soon. The tool calls' records go in with them. A failure here loses nothing
+        (the files have every save): the saves and records stay queued, and the first
+        failure of a spell is logged."""
+        if not self._unmirrored and self._records_since is None:
             return []
         pending, self._unmirrored = self._unmirrored, {}
+        records, records_since = self._take_records()
         lagging = list(pending)
         db = self.shared.db
         try:
             with write_transaction(db):
+                insert_tool_records(db, records)
                 for agent, saves in pending.items():
                     path = str(self.shared.workspace.memory_path(agent))
                     if rows.mirror_appends(db, agent, path, saves.appends, saves.source):
@@ -259,6 +295,7 @@ class Saving:
             # a stale editor buffer may take them out of the file meanwhile, and only
             # their rows and history have them put back.
             self._unmirrored = {**pending, **self._unmirrored}
+            self._put_back_records(records, records_since)
             self.mirror_not_before = time.monotonic() + MIRROR_RETRY_SECONDS
             if not self._failing:
                 if is_locked(error):  # another program holds the database

@@ -3,13 +3,13 @@ in from elsewhere, and the record of tool calls that came through the socket."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from oryxmem.service.shared import Shared
-from oryxmem.store.sessions import SessionInfo, SessionStore, record_tool_invocation
+from oryxmem.store.db import write_transaction
+from oryxmem.store.sessions import SessionInfo, SessionStore, ToolRecord, insert_tool_records
 from oryxmem.store.transcripts import read_transcript, transcript_files
 
 
@@ -58,25 +58,7 @@ class Sessions:
             )
         return report
 
-    def record_tool(
-        self,
-        tool: str,
-        agent: str,
-        session: str | None,
-        input: dict[str, Any],
-        output: Any,
-        ok: bool,
-        started: float,
-    ) -> None:
-        """Record one tool call that came through the socket in ``tool_invocations``."""
-        ms = (time.perf_counter() - started) * 1000
-        record_tool_invocation(
-            self.shared.db,
-            tool=tool,
-            agent=agent,
-            session=session,
-            input=input,
-            output=output,
-            ok=ok,
-            ms=ms,
-        )
+    def record_tool(self, record: ToolRecord) -> None:
+        """Record one tool call in ``tool_invocations`` (with no daemon: at once)."""
+        with write_transaction(self.shared.db):
+            insert_tool_records(self.shared.db, [record])

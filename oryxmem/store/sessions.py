@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -14,7 +15,7 @@ from oryxmem.errors import (
     SessionNotFoundError,
     TranscriptChangedError,
 )
-from oryxmem.store.db import write_transaction
+from oryxmem.store.db import insert_values, write_transaction
 
 if TYPE_CHECKING:
     from oryxmem.store.db import Database
@@ -144,9 +145,21 @@ class SessionStore:
         return turns_tail(self.messages(session_id), turns)
 
 
-def record_tool_invocation(
-    db: Database,
-    *,
+@dataclass(frozen=True)
+class ToolRecord:
+    """One tool call as tool_invocations keeps it (``at``: local time, to the second)."""
+
+    tool: str
+    agent: str
+    session: str | None
+    input: dict[str, Any]
+    output: Any
+    ok: bool
+    ms: float
+    at: str
+
+
+def tool_record(
     tool: str,
     agent: str,
     session: str | None,
@@ -154,19 +167,27 @@ def record_tool_invocation(
     output: Any,
     ok: bool,
     ms: float,
-) -> None:
-    with write_transaction(db):
-        db.execute(
-            "INSERT INTO tool_invocations(tool, agent, session, input, output, ok, ms, at)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            [
-                tool,
-                agent,
-                session,
-                json.dumps(input, ensure_ascii=False),
-                json.dumps(output, ensure_ascii=False),
-                int(ok),
-                ms,
-                _now(),
-            ],
-        )
+) -> ToolRecord:
+    """The record of a call that ends now."""
+    return ToolRecord(tool, agent, session, input, output, ok, ms, _now())
+
+
+def insert_tool_records(db: Database, records: Sequence[ToolRecord]) -> None:
+    """Into tool_invocations, in the caller's write transaction."""
+    insert_values(
+        db,
+        "INSERT INTO tool_invocations(tool, agent, session, input, output, ok, ms, at)",
+        [
+            (
+                r.tool,
+                r.agent,
+                r.session,
+                json.dumps(r.input, ensure_ascii=False),
+                json.dumps(r.output, ensure_ascii=False),
+                int(r.ok),
+                r.ms,
+                r.at,
+            )
+            for r in records
+        ],
+    )

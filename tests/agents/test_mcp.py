@@ -12,12 +12,15 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import pytest
 from mcp import Client, StdioServerParameters
 from support.daemon import daemon
 from support.processes import MCP_INITIALIZE, run_cli, run_offline
 from support.sync import sql
 
 from oryxmem.agents.mcp import RESULT_CHARS, MemoryTools, build_server
+from oryxmem.config import set_value
+from oryxmem.errors import ContentTooLongError
 from oryxmem.reach import Reach
 from oryxmem.service import MemoryService
 from oryxmem.store.format import parse
@@ -320,3 +323,15 @@ def test_a_server_started_before_the_daemon_finds_it_on_the_next_call(
         workspace, "SELECT content, source FROM memory_history WHERE agent = 'late' ORDER BY id"
     ).split()
     assert sources == ["saved", "alone|mcp", "saved", "through", "the", "daemon|socket"]
+
+
+def test_a_long_lived_server_checks_content_against_the_config_as_it_is_now(
+    workspace: Workspace,
+) -> None:
+    """The server reads config.toml once, and again only when the file has changed."""
+    reach = Reach(str(workspace.root))
+    reach.check_content("x" * 100)
+    set_value(workspace.config_path, "memory.max_content_chars", "50")
+    with pytest.raises(ContentTooLongError, match="the limit is 50"):
+        reach.check_content("x" * 100)
+    assert reach.config() is reach.config()  # unchanged file: not read again

@@ -121,7 +121,9 @@ def test_every_route_with_curl_and_the_client_while_files_and_rows_change(
     assert recall["data"]["lines"]
     wait_until(lambda: disagreements(workspace) == [])
     db = connect(workspace.db_path)
-    tools = db.execute("SELECT tool, agent, ok, input FROM tool_invocations ORDER BY id").fetchall()
+    calls = "SELECT tool, agent, ok, input FROM tool_invocations ORDER BY id"
+    wait_until(lambda: len(db.execute(calls).fetchall()) >= 2)  # with the next mirror
+    tools = db.execute(calls).fetchall()
     assert [(t[0], t[1], t[2]) for t in tools] == [
         ("save_memory", "coder", 1),
         ("recall_memory", "coder", 1),

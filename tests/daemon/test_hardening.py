@@ -14,6 +14,7 @@ import threading
 import time
 import unicodedata
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -117,23 +118,55 @@ def test_a_memory_thread_stuck_in_a_call_stops_the_watchdog_and_health_still_ans
         worker.stop()
 
 
-def test_health_answers_while_another_program_holds_the_database_locked(
-    running: RunningDaemon, workspace: Workspace
-) -> None:
-    """A3: a database locked by another program may delay the rows, never health."""
-    holder = subprocess.Popen(["sqlite3", str(workspace.db_path)], stdin=subprocess.PIPE, text=True)
-    assert holder.stdin is not None
-    holder.stdin.write("BEGIN EXCLUSIVE;\nSELECT 1;\n")
+@contextmanager
+def write_lock_held(workspace: Workspace) -> Iterator[subprocess.Popen[str]]:
+    """Another program (the sqlite3 shell) holding the database's write lock, taken for
+    sure before the body runs, let go after it."""
+    holder = subprocess.Popen(
+        ["sqlite3", "-cmd", ".timeout 10000", str(workspace.db_path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdin is not None and holder.stdout is not None
+    holder.stdin.write("BEGIN EXCLUSIVE;\nSELECT 'held';\n")
     holder.stdin.flush()
-    time.sleep(0.5)
+    assert holder.stdout.readline().strip() == "held"
     try:
-        started = time.monotonic()
-        data = healthy(running)
-        assert time.monotonic() - started < 5, data
+        yield holder
     finally:
         holder.stdin.write("COMMIT;\n.quit\n")
         holder.stdin.flush()
         holder.wait(timeout=30)
+
+
+def test_health_answers_while_another_program_holds_the_database_locked(
+    running: RunningDaemon, workspace: Workspace
+) -> None:
+    """A3: a database locked by another program may delay the rows, never health."""
+    with write_lock_held(workspace):
+        started = time.monotonic()
+        data = healthy(running)
+        assert time.monotonic() - started < 5, data
+    assert healthy(running)["memory_thread_alive"] is True
+
+
+def test_a_tool_call_is_answered_before_its_record_and_the_record_waits_out_a_lock(
+    running: RunningDaemon, workspace: Workspace
+) -> None:
+    """The record of a tool call is not between the call and its answer: with another
+    program holding the write lock the save is answered and its record waits, queued,
+    then lands once the lock goes (it is not dropped after a busy timeout)."""
+    calls = "SELECT tool, agent, ok FROM tool_invocations"
+    with write_lock_held(workspace) as holder:
+        body = json.dumps({"content": "answered under a lock", "agent": "coder"})
+        status, reply = running.curl("-d", body, "http://x/api/v1/tools/save_memory", timeout=30)
+        assert status == 200, reply
+        assert holder.poll() is None  # answered while the lock is held
+        assert sql(workspace, calls) == ""  # (readers read on: WAL) the record waits
+        time.sleep(1.5)  # longer than the mirror's most: it tried, met the lock, kept it
+    eventually(workspace, calls, "save_memory|coder|1", 30)
+    assert "answered under a lock" in workspace.memory_path("coder").read_text()
     assert healthy(running)["memory_thread_alive"] is True
 
 

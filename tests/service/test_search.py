@@ -396,7 +396,10 @@ def test_search_over_the_socket_the_client_the_cli_and_the_tool(
     assert json.loads(done.stdout)["hits"][0]["content"] == MEMORY[0]
     done = run_cli("search", "-a", "coder", "深色")
     assert done.stdout.splitlines()[0].endswith(MEMORY[3]) and "keyword" in done.stdout
-    tools = sql(workspace, "SELECT tool, ok, input FROM tool_invocations ORDER BY id").splitlines()
+    # The records go in with the daemon's next mirror (within a second), not before the answer.
+    calls = "SELECT tool, ok, input FROM tool_invocations ORDER BY id"
+    wait_until(lambda: sql(workspace, calls).strip() != "")
+    tools = sql(workspace, calls).splitlines()
     assert tools[0].startswith('recall_memory|1|{"query"')
 
 

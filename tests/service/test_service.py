@@ -13,6 +13,7 @@ from oryxmem.errors import (
     SessionNotFoundError,
 )
 from oryxmem.service import MemoryService, footprint_line
+from oryxmem.tools import ToolCall
 from oryxmem.workspace import Workspace
 
 
@@ -101,12 +102,8 @@ def test_session_errors(service: MemoryService) -> None:
 
 
 def test_tool_invocations_are_recorded(service: MemoryService) -> None:
-    import time
-
-    started = time.perf_counter()
-    service.record_tool(
-        "save_memory", "coder", None, {"content": "x", "scope": "core"}, {"ok": 1}, True, started
-    )
+    call = ToolCall.of("save_memory", {"content": "x", "scope": "core"}, "coder")
+    call.record(service, {"ok": 1}, True)
     row = service.db.execute(
         "SELECT tool, agent, session, input, ok, ms, at FROM tool_invocations"
     ).fetchone()

@@ -1,0 +1,101 @@
+"""The MCP server's stdio on the event loop (oryxmem/agents/stdio.py): the wire holds the
+protocol and nothing else, whatever a tool, a library or a child process prints."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from oryxmem.agents.stdio import _loop_can_serve
+
+NOISY_SERVER = """
+import os, subprocess, sys
+from mcp.server.mcpserver import MCPServer
+from oryxmem.agents.stdio import run_over_stdio
+
+server = MCPServer("noisy", log_level="WARNING")
+
+@server.tool(structured_output=False)
+def noisy(text: str) -> str:
+    print("printed noise", flush=True)
+    os.write(1, b"written noise\\n")
+    subprocess.run(["echo", "child noise"], check=True)
+    return text.upper()
+
+run_over_stdio(server)
+"""
+
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "test", "version": "1"},
+    },
+}
+
+
+def test_what_a_tool_or_its_child_prints_goes_to_stderr_and_the_wire_holds_the_protocol() -> None:
+    requests = [
+        INITIALIZE,
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "tools/call",
+            "params": {"name": "noisy", "arguments": {"text": "über"}},
+        },
+    ]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", NOISY_SERVER],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        encoding="utf-8",
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write("".join(json.dumps(r) + "\n" for r in requests))
+    proc.stdin.flush()
+    replies = [json.loads(proc.stdout.readline()) for _ in range(2)]  # each line is JSON
+    rest, stderr = proc.communicate(timeout=60)  # closes stdin: the server ends
+    assert rest == "" and proc.returncode == 0, stderr
+    assert [reply["id"] for reply in replies] == [1, 2]
+    assert replies[1]["result"]["content"][0]["text"] == "ÜBER"
+    for noise in ("printed noise", "written noise", "child noise"):
+        assert noise in stderr
+
+
+def test_a_regular_file_is_left_to_the_sdks_transport_and_a_pipe_is_served_on_the_loop(
+    tmp_path: Path,
+) -> None:
+    regular = tmp_path / "requests.jsonl"
+    regular.write_text("")
+    with open(regular, "rb") as file:
+        assert not _loop_can_serve(file.fileno())
+    read, write = os.pipe()
+    try:
+        assert _loop_can_serve(read) and _loop_can_serve(write)
+    finally:
+        os.close(read)
+        os.close(write)
+
+
+def test_requests_from_a_file_are_answered_by_the_sdks_transport(tmp_path: Path) -> None:
+    requests = tmp_path / "requests.jsonl"
+    requests.write_text(json.dumps(INITIALIZE) + "\n")
+    with open(requests, encoding="utf-8") as stdin:
+        done = subprocess.run(
+            [sys.executable, "-c", NOISY_SERVER],
+            stdin=stdin,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[0])["id"] == 1
