@@ -2,18 +2,16 @@
 
 A rewrite goes to a temp file in the same directory, is fsynced, replaces the
 original with ``os.replace`` and the directory is fsynced, keeping the mode.
-An append in place is first written, fsynced, into an intent journal kept in
-the lock file, so that a line torn by a crash is repaired from that record at
-the next lock instead of being read as an entry. The journal is overwritten in
-place and cleared by spoiling its first byte: its blocks stay allocated, so its
-fdatasync writes one data block and no metadata.
+An append in place is first written, synced, into an intent journal given by the
+caller (for MEMORY.md, the log of answered saves beside its lock: one record is
+both), so that a line torn by a crash is repaired from that record at the next
+lock instead of being read as an entry.
 """
 
 from __future__ import annotations
 
 import errno
 import fcntl
-import json
 import logging
 import os
 import stat
@@ -24,7 +22,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple, TypeVar
+from typing import NamedTuple, Protocol, TypeVar
 
 from oryxmem.errors import OryxError, StorageError
 
@@ -279,31 +277,27 @@ class AppendIntent:
     offset: int
     data: bytes
 
-    def to_bytes(self) -> bytes:
-        header = {
+    def to_fields(self) -> dict[str, object]:
+        """As a journal keeps it in a JSON record (bytes that are not UTF-8 kept exact)."""
+        return {
             "inode": self.inode,
             "offset": self.offset,
-            "length": len(self.data),
+            "data": self.data.decode("utf-8", errors="surrogateescape"),
             "crc32": zlib.crc32(self.data),
         }
-        return json.dumps(header).encode() + b"\n" + self.data
 
     @classmethod
-    def from_bytes(cls, raw: bytes) -> AppendIntent | None:
-        """The record at the start of raw (older, longer records may follow it);
-        None for a cleared, torn or foreign one."""
-        header, sep, rest = raw.partition(b"\n")
-        if not sep or not header.startswith(b"{"):
+    def from_fields(cls, fields: object) -> AppendIntent | None:
+        """The intent of a record; None for one that holds none, or a damaged one."""
+        if not isinstance(fields, dict) or "data" not in fields:
             return None
         try:
-            fields = json.loads(header)
-            length, crc = int(fields["length"]), int(fields["crc32"])
-            intent = cls(int(fields["inode"]), int(fields["offset"]), rest[:length])
-        except (ValueError, KeyError, TypeError):
+            data = str(fields["data"]).encode("utf-8", errors="surrogateescape")
+            intent = cls(int(fields["inode"]), int(fields["offset"]), data)
+            crc = int(fields["crc32"])
+        except (ValueError, KeyError, TypeError, UnicodeEncodeError):
             return None
-        if len(intent.data) != length or zlib.crc32(intent.data) != crc:
-            return None
-        return intent
+        return intent if zlib.crc32(intent.data) == crc else None
 
 
 def repair_torn_append(path: Path, intent: AppendIntent) -> str:
@@ -334,10 +328,7 @@ def repair_torn_append(path: Path, intent: AppendIntent) -> str:
 
 
 class FileLock:
-    """An exclusive lock on a separate lock file, shared by threads and processes.
-
-    The lock file also holds the journal of an in-place append in progress.
-    """
+    """An exclusive lock on a separate lock file, shared by threads and processes."""
 
     def __init__(self, lock_path: Path) -> None:
         self.lock_path = lock_path
@@ -360,26 +351,6 @@ class FileLock:
                 yield self
             finally:
                 fcntl.flock(fd, fcntl.LOCK_UN)
-
-    def pending_intent(self) -> AppendIntent | None:
-        assert self._fd is not None, "hold the lock first"
-        if os.pread(self._fd, 1, 0) != b"{":  # empty, or cleared: one read tells (the usual)
-            return None
-        size = os.fstat(self._fd).st_size
-        return AppendIntent.from_bytes(os.pread(self._fd, size, 0))
-
-    def write_intent(self, intent: AppendIntent) -> None:
-        assert self._fd is not None, "hold the lock first"
-        payload = intent.to_bytes()
-        if os.pwrite(self._fd, payload, 0) != len(payload):
-            raise OSError(errno.ENOSPC, "short write to the append journal")
-        os.fdatasync(self._fd)
-
-    def clear_intent(self) -> None:
-        """Spoil the record's first byte. Not synced: a record that outlives a crash
-        describes an append that completed, which the repair finds and leaves."""
-        assert self._fd is not None, "hold the lock first"
-        os.pwrite(self._fd, b"-", 0)
 
     def note_written(self, key: FileStat) -> None:
         """Say which file this lock's writers left last (in a sidecar of the lock file):
@@ -453,12 +424,25 @@ class AppendHandle:
             os.close(fd)
 
 
+class Journal(Protocol):
+    """Where an append's intent is noted, durably, before the append is written."""
+
+    def begin(self, intent: AppendIntent) -> None:
+        """Note the intent (synced before this returns)."""
+
+    def end(self, intent: AppendIntent) -> None:
+        """The append is durable."""
+
+    def withdraw(self, intent: AppendIntent) -> None:
+        """The append was taken back: the intent is no more (synced)."""
+
+
 def append_durably(
-    handle: AppendHandle, inode: int, data: bytes, lock: FileLock, expected_size: int
+    handle: AppendHandle, inode: int, data: bytes, journal: Journal, expected_size: int
 ) -> os.stat_result:
     """Append data at the end of the file (still ``inode`` of expected_size bytes); fsync.
 
-    The caller holds ``lock``. The intent is journaled first, so a crash
+    The caller holds the file's lock. The intent is journaled first, so a crash
     mid-write is repaired, never read as a torn entry. A failed write is taken
     back, so the file keeps its previous bytes.
     """
@@ -467,7 +451,8 @@ def append_durably(
         fd, info = handle.open_for(inode)
         if info.st_size != expected_size:
             raise ConcurrentChange(path)
-        lock.write_intent(AppendIntent(info.st_ino, info.st_size, data))
+        intent = AppendIntent(info.st_ino, info.st_size, data)
+        journal.begin(intent)
     except OSError as error:
         raise _storage_error("append to", path, error) from error
     try:
@@ -477,22 +462,21 @@ def append_durably(
         os.fsync(fd)
         result = os.fstat(fd)
     except OSError as error:
-        _take_back(handle, fd, info.st_size, lock)
+        _take_back(handle, fd, intent, journal)
         raise _storage_error("append to", path, error) from error
-    lock.clear_intent()
+    journal.end(intent)
     return result
 
 
-def _take_back(handle: AppendHandle, fd: int, size: int, lock: FileLock) -> None:
-    """Cut a failed append off again. If even that fails, the journal stays for the
-    next lock holder to repair from, and the file is reopened then."""
+def _take_back(handle: AppendHandle, fd: int, intent: AppendIntent, journal: Journal) -> None:
+    """Cut a failed append off again. If even that fails, the journal keeps the intent
+    for the next lock holder to repair from, and the file is reopened then."""
     try:
-        os.ftruncate(fd, size)
+        os.ftruncate(fd, intent.offset)
         os.fsync(fd)
+        journal.withdraw(intent)
     except OSError:
         handle.close()
-        return
-    lock.clear_intent()
 
 
 class ConcurrentChange(Exception):

@@ -318,6 +318,7 @@ class Saving:
         for agent in ["", *self.shared.workspace.agent_names()]:
             store = self.shared.files.get(agent)
             with store.lock.hold():
+                store.repair_locked()  # a torn append is finished from its record first
                 noted = store.answered.entries()
                 if not noted:
                     continue

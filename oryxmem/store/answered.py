@@ -1,13 +1,21 @@
-"""Saves answered but not yet in the rows: a small log per agent, beside its lock.
+"""The journal of an agent's MEMORY.md: appends about to be written, and saves answered
+but not yet in the rows, one record for both, beside the agent's lock.
 
 A save is answered once it is durable in MEMORY.md; its row (and the history that
-protects it from a stale editor buffer) follows a few milliseconds later. Should the
-process die in between *and* someone write an old copy of the file back meanwhile, the
-save would be in neither place. So each batch's entries are also written, fsynced,
-to ``run/locks/<agent lock>.answered`` before the answer, one JSON line each with the
-writer's pid, and taken out once the rows hold them. After a crash, what the rows lack
-of it is put into the rows (``MemoryService.recover_answered``), and reconcile puts it
-back into MEMORY.md if the file lost it. The caller holds the agent's file lock.
+protects it from a stale editor buffer) follows within a second. Should the process
+die in between *and* someone write an old copy of the file back meanwhile, the save
+would be in neither place; and a crash in the middle of the append would leave a torn
+line. So before each append, one JSON line is added to ``run/locks/<agent lock>.answered``
+and synced: the writer's pid, where the append goes and what it writes (``intent``:
+a torn line is finished from it at the next lock), and the entries of the saves it
+carries. That makes two syncs before the answer (this record, then MEMORY.md), not
+three. A record leaves once the rows hold its entries (``forget``). An append that
+answers no save (a reconcile writing rows into the file) has its record taken out as
+soon as it is written. A save written by a rewrite (a new file, entries not at the
+end) is noted after the rewrite, with no intent. After a crash, what the rows lack of
+the records is put into the rows (``MemoryService.recover_answered``), and reconcile
+puts it back into MEMORY.md if the file lost it. The caller holds the agent's file
+lock for every call.
 """
 
 from __future__ import annotations
@@ -17,39 +25,80 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from oryxmem.fileio import open_regular
+from oryxmem.fileio import AppendIntent, FileStat, open_regular
 from oryxmem.store.format import Entry
+
+# Each record begins with this, so that the digit that says its append is done is at a
+# known place: an append that completed is marked so with one byte written in place
+# (not synced: a mark lost to a crash leaves a record whose append the repair finds
+# complete), and a later reader tells a crash's torn append from an append that ended.
+RECORD_HEAD = b'{"done": 0, '
+DONE_AT = len(b'{"done": ')
+
+
+def _entry_fields(entry: Entry) -> dict[str, object]:
+    return {"scope": entry.scope, "ts": entry.ts, "content": entry.content, "id": entry.entry_id}
 
 
 class AnsweredLog:
     def __init__(self, path: Path) -> None:
         self.path = path
 
-    def add(self, entries: Sequence[Entry]) -> None:
-        """Note these entries, durably (before their saves are answered)."""
-        if not entries:
-            return
-        pid = os.getpid()
-        data = "".join(
-            json.dumps(
-                {"pid": pid, "scope": e.scope, "ts": e.ts, "content": e.content, "id": e.entry_id},
-                ensure_ascii=False,
-            )
-            + "\n"
-            for e in entries
-        ).encode("utf-8")
+    def note(self, entries: Sequence[Entry], intent: AppendIntent | None = None) -> int:
+        """One record of these entries (and of the append about to carry them), synced
+        before this returns; gives where it begins in the log."""
+        record: dict[str, object] = {
+            "pid": os.getpid(),
+            "entries": [_entry_fields(e) for e in entries],
+        }
+        if intent is not None:
+            record["intent"] = intent.to_fields()
+        data = RECORD_HEAD + json.dumps(record)[1:].encode("ascii") + b"\n"
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = open_regular(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600, one_link=True)
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fdatasync(fd)
+            start = os.fstat(fd).st_size  # the caller holds the lock: no one else appends
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                os.fdatasync(fd)
+            except OSError:
+                os.ftruncate(fd, start)  # no half record for the next one to run into
+                raise
+            return start
         finally:
             os.close(fd)
 
+    def mark_done(self, start: int) -> None:
+        """The append of the record at ``start`` is durable (see RECORD_HEAD)."""
+        fd = open_regular(self.path, os.O_WRONLY, one_link=True)
+        try:
+            os.pwrite(fd, b"1", start + DONE_AT)
+        finally:
+            os.close(fd)
+
+    def take_back(self, start: int, *, sync: bool) -> None:
+        """Cut the log back to ``start``, the record written there and all after it: an
+        append taken back (synced: its saves were refused, recovery must not find
+        them), or one that answered no save and is done (not synced)."""
+        fd = open_regular(self.path, os.O_WRONLY, one_link=True)
+        try:
+            os.ftruncate(fd, start)
+            if sync:
+                os.fdatasync(fd)
+        finally:
+            os.close(fd)
+
+    def stat(self) -> FileStat | None:
+        try:
+            return FileStat.of(os.stat(self.path))
+        except FileNotFoundError:
+            return None
+
     def records(self) -> list[dict[str, object]]:
-        """What is noted (a line a crash cut short is no record)."""
+        """What is noted (a line a crash cut short is no record). A record of an older
+        oryxmem (one entry a line) reads as a record of that one entry."""
         try:
             fd = open_regular(self.path, os.O_RDONLY)
         except FileNotFoundError:
@@ -62,15 +111,40 @@ class AnsweredLog:
                 record = json.loads(line)
             except ValueError:
                 continue
-            if isinstance(record, dict) and isinstance(record.get("content"), str):
+            if not isinstance(record, dict):
+                continue
+            if isinstance(record.get("entries"), list):
                 found.append(record)
+            elif isinstance(record.get("content"), str):
+                found.append({"done": 1, "pid": record.get("pid"), "entries": [record]})
         return found
 
+    def last_intent(self) -> AppendIntent | None:
+        """The append the last record was about to write, unless it is marked done: the
+        only one a crash can have torn (appends are written one at a time, under the
+        lock)."""
+        records = self.records()
+        if not records or records[-1].get("done"):
+            return None
+        return AppendIntent.from_fields(records[-1].get("intent"))
+
     def entries(self) -> list[Entry]:
-        return [
-            Entry(str(r.get("scope")), r.get("ts"), str(r["content"]), str(r.get("id")))  # type: ignore[arg-type]
-            for r in self.records()
-        ]
+        found = []
+        for record in self.records():
+            noted = record["entries"]
+            assert isinstance(noted, list)  # records() keeps only those
+            for e in noted:
+                if isinstance(e, dict) and isinstance(e.get("content"), str):
+                    ts = e.get("ts")
+                    found.append(
+                        Entry(
+                            str(e.get("scope")),
+                            ts if isinstance(ts, str) else None,
+                            e["content"],
+                            str(e.get("id")),
+                        )
+                    )
+        return found
 
     def forget(self, pid: int | None = None) -> None:
         """Take out this process's records (``pid``), or every one (None)."""
@@ -81,7 +155,7 @@ class AnsweredLog:
         # In place, under the caller's lock (no temp file a kill could leave behind): the
         # kept records first, then the end cut; a crash between leaves records of saves
         # the rows have, which recovery finds there already.
-        data = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in kept).encode("utf-8")
+        data = "".join(json.dumps(r) + "\n" for r in kept).encode("ascii")
         fd = open_regular(self.path, os.O_WRONLY, one_link=True)
         try:
             if data:

@@ -19,6 +19,7 @@ from oryxmem.clock import Clock
 from oryxmem.errors import MemoryFileConflictedError, MemoryFileUnreadableError, OryxError
 from oryxmem.fileio import (
     AppendHandle,
+    AppendIntent,
     ConcurrentChange,
     FileLock,
     FileStat,
@@ -85,6 +86,29 @@ class _Cached:
     positions: dict[str, int] = field(default_factory=dict)  # archival id -> index
 
 
+@dataclass
+class _AppendJournal:
+    """The journal of one append (fileio.Journal): its record in the answered log, with
+    the entries of the saves it answers (none: a reconcile's, whose record goes as soon
+    as the append is durable)."""
+
+    log: AnsweredLog
+    entries: Sequence[Entry]
+    start: int = 0
+
+    def begin(self, intent: AppendIntent) -> None:
+        self.start = self.log.note(self.entries, intent)
+
+    def end(self, intent: AppendIntent) -> None:
+        if self.entries:
+            self.log.mark_done(self.start)
+        else:
+            self.log.take_back(self.start, sync=False)
+
+    def withdraw(self, intent: AppendIntent) -> None:
+        self.log.take_back(self.start, sync=True)
+
+
 class MarkdownMemoryStore(LongTermMemoryStore):
     def __init__(self, path: Path, lock: FileLock, *, clock: Clock, limits: StoreLimits) -> None:
         super().__init__(clock=clock, limits=limits)
@@ -99,8 +123,11 @@ class MarkdownMemoryStore(LongTermMemoryStore):
         self.written_key: FileStat | None = None
         self._waiting_since: float | None = None  # when a wait for an editor began
         self._orphans: list[Orphan] = []  # inodes replaced while an editor may write on
-        # Saves answered and not yet in the rows, noted durably (store/answered.py).
+        # The journal of appends, and of saves answered and not yet in the rows
+        # (store/answered.py); and its stat when this store last looked for an append a
+        # crash tore, or wrote it itself (unchanged since: nothing to look for).
         self.answered = AnsweredLog(lock.lock_path.with_name(lock.lock_path.name + ".answered"))
+        self._journal_seen: FileStat | None = None
 
     @classmethod
     def for_agent(cls, agent: str, resources: StoreResources) -> MarkdownMemoryStore:
@@ -112,14 +139,7 @@ class MarkdownMemoryStore(LongTermMemoryStore):
         """The current parsed file; the caller holds the lock."""
         if self._orphans:
             self._merge_orphans_locked()
-        intent = self.lock.pending_intent()
-        if intent is not None:
-            outcome = repair_torn_append(self.path, intent)
-            self.lock.clear_intent()
-            self.repairs.append(outcome)
-            if outcome not in QUIET_REPAIRS:
-                line = self._line_at(intent.offset)
-                self._untold.append(f"{self.path}:{line}: after a crash, {outcome}")
+        self.repair_locked()
         try:
             info = os.lstat(self.path)  # a link is refused when opened, below
         except FileNotFoundError:
@@ -144,6 +164,21 @@ class MarkdownMemoryStore(LongTermMemoryStore):
             ) from None
         self._cached = _Cached(after, parse(text))
         return self._cached
+
+    def repair_locked(self) -> None:
+        """Finish (or leave) the append the journal's last record began, if a crash
+        tore it; the caller holds the lock. Looked for once per change of the journal."""
+        seen = self.answered.stat()
+        if seen is None or seen == self._journal_seen:
+            return
+        intent = self.answered.last_intent()
+        if intent is not None:
+            outcome = repair_torn_append(self.path, intent)
+            self.repairs.append(outcome)
+            if outcome not in QUIET_REPAIRS:
+                line = self._line_at(intent.offset)
+                self._untold.append(f"{self.path}:{line}: after a crash, {outcome}")
+        self._journal_seen = self.answered.stat()
 
     def _line_at(self, offset: int) -> int:
         """The 1-based number of the line that starts at this byte offset."""
@@ -230,7 +265,6 @@ class MarkdownMemoryStore(LongTermMemoryStore):
                 SAVE_ATTEMPTS, lambda: self.append_locked(additions), self.forget
             )
             written_ns = time.time_ns()  # under the lock: writes to the file are in its order
-            self.answered.add(entries)  # until the rows have them (a crash, a stale buffer)
         return Append(before, entries, self.written_key, written_ns, after_others)
 
     # --- for callers that hold the lock across a longer operation (sync) ------
@@ -313,11 +347,18 @@ class MarkdownMemoryStore(LongTermMemoryStore):
         after_others = self._left_by_others(before) or (
             before is None and self.lock.last_written() is not None
         )
-        return self._write_locked(cached, additions, ()), before, after_others
+        return self._write_locked(cached, additions, (), answers=True), before, after_others
 
     def _write_locked(
-        self, cached: _Cached, additions: Sequence[EntryText], removals: Collection[str]
+        self,
+        cached: _Cached,
+        additions: Sequence[EntryText],
+        removals: Collection[str],
+        *,
+        answers: bool = False,
     ) -> list[Entry]:
+        """Write the edits; ``answers``: they are saves about to be answered, noted in the
+        journal until the rows have them (a crash, a stale buffer)."""
         added = plan_entries(cached.doc, additions)
         if not (additions or removals):
             return added
@@ -335,9 +376,14 @@ class MarkdownMemoryStore(LongTermMemoryStore):
         tail = append_at_end(cached.doc, additions) if key and not removals else None
         if key is None or tail is None:
             self._rewrite_locked(cached, additions, removals)
+            if answers:
+                self.answered.note(added)
+                self._journal_seen = self.answered.stat()
             return added
         data = tail.encode()
-        info = append_durably(self._appender, key.inode, data, self.lock, key.size)
+        journal = _AppendJournal(self.answered, added if answers else ())
+        info = append_durably(self._appender, key.inode, data, journal, key.size)
+        self._journal_seen = self.answered.stat()  # its own record: no tear to look for
         self._waiting_since = None
         if info.st_size != key.size + len(data):
             # Someone appended without the lock (`>>`) between our look and our write: both

@@ -709,12 +709,7 @@ def test_a_save_answered_just_before_a_crash_survives_a_stale_buffer_written_mea
     path = workspace.memory_path("crash")
     eventually(workspace, "SELECT count(*) FROM memory_entries WHERE agent = 'crash'", "1", 30)
     stale = path.read_text()
-    holder = subprocess.Popen(["sqlite3", str(workspace.db_path)], stdin=subprocess.PIPE, text=True)
-    assert holder.stdin is not None
-    holder.stdin.write("BEGIN EXCLUSIVE;\nSELECT 1;\n")  # the rows cannot follow the saves
-    holder.stdin.flush()
-    time.sleep(0.5)
-    try:
+    with write_lock_held(workspace):  # the rows cannot follow the saves
         for n in range(3):
             assert save_to(running, "crash", f"answered {n}")[0] == 200
         editor = path.with_name("MEMORY.md.swp")
@@ -723,10 +718,6 @@ def test_a_save_answered_just_before_a_crash_survives_a_stale_buffer_written_mea
         running.proc.kill()
         running.proc.wait()
         running.notifications.close()
-    finally:
-        holder.stdin.write("COMMIT;\n.quit\n")
-        holder.stdin.flush()
-        holder.wait(timeout=30)
     with daemon(workspace, tmp_path / "daemon2.log"):
         deadline = time.monotonic() + 20
         while not all(f"] answered {n}\n" in path.read_text() for n in range(3)):

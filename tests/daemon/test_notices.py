@@ -11,6 +11,7 @@ from support.processes import run_cli
 from support.sync import wait_until
 
 from oryxmem.fileio import AppendIntent, FileLock
+from oryxmem.store.answered import AnsweredLog
 from oryxmem.workspace import Workspace
 
 TS = "2026-07-22 09:30:00"
@@ -46,8 +47,9 @@ def test_a_repair_after_a_crash_is_told_with_its_line(workspace: Workspace) -> N
     run_cli("sync")
     line = f"- [{TS}] the line being written when the power failed\n".encode()
     lock = FileLock(workspace.lock_path("coder"))
-    with lock.hold():
-        lock.write_intent(AppendIntent(path.stat().st_ino, path.stat().st_size, line))
+    journal = AnsweredLog(lock.lock_path.with_name(lock.lock_path.name + ".answered"))
+    with lock.hold():  # what a crash mid-append leaves: the intent, not marked done
+        journal.note([], AppendIntent(path.stat().st_ino, path.stat().st_size, line))
     lock.close()
     with open(path, "ab") as handle:
         handle.write(line[:17])  # torn

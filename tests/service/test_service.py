@@ -228,7 +228,7 @@ def test_sync_takes_in_answered_saves_whose_rows_never_came(service: MemoryServi
     store = service.files.get("a")
     lost = EntryIds().entry(ARCHIVAL, "2026-07-22 09:30:00", "answered, never mirrored")
     with store.lock.hold():
-        store.answered.add([lost])
+        store.answered.note([lost])
     service.sync()
     assert "] answered, never mirrored\n" in service.workspace.memory_path("a").read_text()
     held = service.db.execute("SELECT content FROM memory_entries WHERE agent = 'a'")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import errno
 import os
 import stat
 import subprocess
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 from support.processes import SAMPLES
 
-from oryxmem.errors import MemoryFileConflictedError, MemoryFileUnreadableError
+from oryxmem.errors import MemoryFileConflictedError, MemoryFileUnreadableError, OryxError
 from oryxmem.fileio import AppendIntent, ConcurrentChange, FileLock
 from oryxmem.store.base import StoreLimits
 from oryxmem.store.format import ARCHIVAL, CORE, NewEntry, parse
@@ -134,10 +135,11 @@ def test_non_utf8_file_is_reported_and_left_alone(tmp_path: Path) -> None:
 
 
 def crash_mid_append(store: MarkdownMemoryStore, line: bytes, written: int) -> None:
-    """What a crash mid-append leaves: the journaled intent, and `written` bytes of the line."""
+    """What a crash mid-append leaves: the journal's record of its intent (not marked
+    done), and `written` bytes of the line."""
     size = store.path.stat().st_size
     with store.lock.hold():
-        store.lock.write_intent(AppendIntent(store.path.stat().st_ino, size, line))
+        store.answered.note([], AppendIntent(store.path.stat().st_ino, size, line))
     with open(store.path, "ab") as handle:
         handle.write(line[:written])
 
@@ -169,7 +171,7 @@ def test_a_journal_for_a_replaced_file_is_ignored(tmp_path: Path) -> None:
     store = open_store(tmp_path)
     store.append("one")
     with store.lock.hold():
-        store.lock.write_intent(AppendIntent(1, 3, b"- [x] y\n"))
+        store.answered.note([], AppendIntent(1, 3, b"- [x] y\n"))
     fresh = open_store(tmp_path)
     assert [e.content for e in fresh.entries()[1]] == ["one"]
     assert fresh.repairs == ["file replaced since"]
@@ -315,7 +317,7 @@ def test_the_answered_log_keeps_other_processes_records_and_leaves_no_temp_file(
     locks = tmp_path / "locks"
     log = AnsweredLog(locks / "agent-a.lock.answered")
     mine = parse(f"## 归档记忆\n- [{TS}] mine\n").archival
-    log.add(mine)
+    log.note(mine)
     with open(log.path, "a") as other:  # another process's save, not in the rows yet
         other.write('{"pid": 1, "scope": "archival", "ts": null, "content": "theirs", "id": "x"}\n')
         other.write('{"pid": 1, "scope": "archi')  # and one a crash cut short
@@ -356,3 +358,69 @@ def test_a_line_appended_without_the_lock_during_a_save_is_never_dropped_later(
         first = doc.archival[0].entry_id
         store.edit_locked([], [first], based_on=key)  # a removal: a rewrite
     assert "] typed without the lock\n" in store.path.read_text()
+
+
+def journal_records(store: MarkdownMemoryStore) -> list[dict[str, object]]:
+    return store.answered.records()
+
+
+def test_a_save_is_journaled_in_one_record_that_is_also_its_answered_note(
+    tmp_path: Path,
+) -> None:
+    """Before the append, one synced record says where it goes and what it writes, with
+    the saves' entries; once durable it is marked done, and it leaves when the rows
+    have the saves. The lock file holds nothing but the lock."""
+    store = open_store(tmp_path)
+    store.append("one")  # a new file: a rewrite, noted after it with no intent
+    first = store.append_many([NewEntry(ARCHIVAL, TS, "two"), NewEntry(ARCHIVAL, TS, "three")])
+    records = journal_records(store)
+    assert [r["done"] for r in records] == [0, 1]
+    assert "intent" not in records[0]
+    intent = AppendIntent.from_fields(records[1]["intent"])
+    assert intent is not None and intent.offset + len(intent.data) == store.path.stat().st_size
+    assert intent.data.decode().endswith("] three\n")
+    assert [e.content for e in store.answered.entries()] == ["one", "two", "three"]
+    assert [e.entry_id for e in first.entries] == [e.entry_id for e in store.answered.entries()[1:]]
+    assert store.lock.lock_path.read_bytes() == b""
+    store.rows_have_answered()
+    assert journal_records(store) == []
+    fresh = open_store(tmp_path)  # a later process finds nothing to repair or tell
+    assert [e.content for e in fresh.entries()[1]] == ["one", "two", "three"]
+    assert fresh.repairs == []
+
+
+def test_an_append_that_answers_no_save_leaves_no_record(tmp_path: Path) -> None:
+    store = open_store(tmp_path)
+    store.append("one")
+    store.rows_have_answered()
+    with store.lock.hold():
+        _, key = store.current_locked()
+        store.edit_locked(
+            [NewEntry(ARCHIVAL, TS, "from the rows")], (), based_on=key
+        )  # a reconcile's
+    assert journal_records(store) == []
+    assert "from the rows" in store.path.read_text()
+
+
+def test_an_append_that_fails_takes_its_record_back_and_changes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = open_store(tmp_path)
+    store.append("one")
+    store.rows_have_answered()
+    before = store.path.read_bytes()
+    real_fsync = os.fsync
+    failed: list[int] = []
+
+    def failing_fsync(fd: int) -> None:  # the append's fsync fails; the take-back's works
+        if not failed and os.fstat(fd).st_ino == store.path.stat().st_ino:
+            failed.append(fd)
+            raise OSError(errno.EIO, "the disk failed")
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", failing_fsync)
+    with pytest.raises(OryxError):
+        store.append("refused")
+    monkeypatch.undo()
+    assert store.path.read_bytes() == before
+    assert journal_records(store) == [] and store.answered.entries() == []
