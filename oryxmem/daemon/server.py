@@ -113,7 +113,7 @@ class Daemon:
             own = MemoryService(self.workspace, self.config, files=service.files)
             self.backend_work = work(own, self.worker)
         self.readers = Readers(self.workspace, self.config, service.files)
-        self.watcher.before_reconcile = self.worker.flush
+        self.watcher.before_reconcile = self.worker.before_reconcile
         self.watcher.after_reconcile = self.worker.indexes_changed
         notify("STATUS=catching up with changes made while stopped")
         recovery = MemoryService(self.workspace, self.config, files=service.files)

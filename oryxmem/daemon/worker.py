@@ -39,7 +39,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
@@ -87,11 +87,14 @@ class _Save:
 class _Call:
     work: Callable[[MemoryService], Any]
     future: Future[Any] = field(default_factory=Future)
+    # A call reads what every acknowledged save wrote: the saves are mirrored first.
+    # (Not for a call that decides itself what to mirror.)
+    mirrors_first: bool = True
 
 
 class _Wake:
-    """Wakes the thread for what waits to be mirrored (a tool call's record): no call,
-    so it does not mirror at once as a call would."""
+    """Wakes the thread for work of its own (a tool call's record to mirror, the indexes
+    to follow a reconcile): no call, so it does not mirror at once as a call would."""
 
 
 Job = _Save | _Call | _Wake
@@ -235,22 +238,40 @@ class MemoryWorker:
         assert isinstance(job.future, asyncio.Future)
         return job.future
 
-    def flush(self) -> set[str]:
-        """Mirror every save acknowledged so far into the rows; gives the agents whose
-        saves are still not there (the database was locked a moment too long).
+    def flush(self) -> None:
+        """Mirror every save acknowledged so far into the rows (as far as the database
+        lets it: a locked one keeps them queued)."""
+        self.call(lambda _: None).exception()
 
-        The sync thread calls this before it reconciles and holds those agents back, so
-        the history of every acknowledged save is in place when a stale editor buffer is
-        judged. Once stopping, the thread has mirrored everything on its way out."""
-        future = self.call(lambda _: self.saving.unmirrored_agents)
-        if future.exception() is not None:
+    def before_reconcile(self, agents: Collection[str]) -> set[str]:
+        """Before the sync thread reconciles these agents: gives those to hold back, whose
+        acknowledged saves are not in the rows yet.
+
+        When someone else wrote the file of one of them since (an editor: a stale buffer
+        to judge), the saves are mirrored first, so their history is in place. When
+        their file is as these saves left it, nothing is mirrored for it: the next
+        mirror (within MIRROR_MAX_AGE_SECONDS) brings their rows and agreed state, and
+        an echo of our own appends costs no commit. Once stopping, the thread has
+        mirrored everything on its way out."""
+        wanted = set(agents)
+
+        def held(_: MemoryService) -> set[str]:
+            waiting = wanted.intersection(self.saving.unmirrored_agents)
+            if any(self.saving.written_by_others(agent) for agent in waiting):
+                self._mirror()
+                waiting = wanted.intersection(self.saving.unmirrored_agents)
+            return waiting
+
+        job = _Call(held, mirrors_first=False)
+        self._queue(job)
+        if job.future.exception() is not None:
             return set()
-        return set(future.result())
+        return set(job.future.result())
 
     def indexes_changed(self) -> None:
         """Rows changed behind the service's back (a reconcile): let the indexes follow."""
         self._indexes_behind = True
-        self.call(lambda service: None)  # wakes the thread
+        self._queue(_Wake())  # wakes the thread (a call would mirror the saves first)
         self.on_mirrored()
 
     # --- the thread -------------------------------------------------------------
@@ -337,7 +358,8 @@ class MemoryWorker:
             if isinstance(job, _Save):
                 saves.setdefault(job.ref.agent, []).append(job)
             elif isinstance(job, _Call):
-                self._mirror()  # a reader sees every acknowledged save
+                if job.mirrors_first:
+                    self._mirror()  # a reader sees every acknowledged save
                 self._run_call(job)
         if saves:
             self._save_groups(self._not_put_off(list(saves.values())))

@@ -268,15 +268,21 @@ class Step:
 
 
 def next_step(
-    db: Executes, index: DerivedIndex, state: IndexState, rows: int | None = None
+    db: Executes,
+    index: DerivedIndex,
+    state: IndexState,
+    rows: int | None = None,
+    through: int | None = None,
 ) -> Step | None:
     """The next batch after this state (of ``rows``, or the index's own batch): changes
-    since the cursor first, then a rebuild (newest rows first). None: caught up. Reads
-    only."""
+    since the cursor first (none after the change ``through``, when given), then a
+    rebuild (newest rows first). None: caught up. Reads only."""
     size = rows or index.batch
+    last = through if through is not None else -1
     changes = db.execute(
-        "SELECT seq, row_id, op FROM memory_changes WHERE seq > ? ORDER BY seq LIMIT ?",
-        [state.cursor, size],
+        "SELECT seq, row_id, op FROM memory_changes WHERE seq > ? AND (? < 0 OR seq <= ?)"
+        " ORDER BY seq LIMIT ?",
+        [state.cursor, last, last, size],
     ).fetchall()
     if changes:
         changed = {row_id for _, row_id, _ in changes}
@@ -298,14 +304,13 @@ def next_step(
     return None
 
 
-def upcoming(db: Executes, index: DerivedIndex, rows: int | None = None) -> list[IndexRow]:
-    """The rows the next step of catch_up (of ``rows``) will take in (none while the index
-    is not built at its version): what an index prepares outside the write lock."""
+def upcoming(db: Executes, index: DerivedIndex, rows: int | None = None) -> Step | None:
+    """The next step of catch_up (of ``rows``; None while the index is not built at its
+    version, or is current): what an index prepares outside the write lock, and then
+    takes in with catch_up(..., through=step.after.cursor), so that changes that came
+    in between wait for the next step instead of being prepared under the lock."""
     state = built_state(db, index)
-    if state is None:
-        return []
-    step = next_step(db, index, state, rows)
-    return step.rows if step is not None else []
+    return None if state is None else next_step(db, index, state, rows)
 
 
 def behind_by_more_than(db: Executes, index: DerivedIndex, rows: int) -> bool:
@@ -330,11 +335,15 @@ def behind_by_more_than(db: Executes, index: DerivedIndex, rows: int) -> bool:
 
 
 def catch_up(
-    db: Database, index: DerivedIndex, max_steps: int | None = None, rows: int | None = None
+    db: Database,
+    index: DerivedIndex,
+    max_steps: int | None = None,
+    rows: int | None = None,
+    through: int | None = None,
 ) -> int:
-    """Take in changes since the cursor, then continue a rebuild; the caller holds a write
-    transaction. At most max_steps batches of ``rows`` (None: the index's own batch; until
-    caught up). Returns the rows taken in."""
+    """Take in changes since the cursor (up to the change ``through``, when given), then
+    continue a rebuild; the caller holds a write transaction. At most max_steps batches of
+    ``rows`` (None: the index's own batch; until caught up). Returns the rows taken in."""
     state = built_state(db, index)
     if state is None:
         rebuild(db, index)
@@ -342,7 +351,7 @@ def catch_up(
         assert state is not None
     taken = steps = 0
     while max_steps is None or steps < max_steps:
-        step = next_step(db, index, state, rows)
+        step = next_step(db, index, state, rows, through)
         if step is None:
             break
         steps += 1

@@ -229,6 +229,11 @@ class Saving:
         else:
             pending.appends.append(append)
 
+    def written_by_others(self, agent: str) -> bool:
+        """Has someone else (an editor, git) written this agent's MEMORY.md since this
+        process last did?"""
+        return self.shared.files.get(agent).left_by_others()
+
     @property
     def unmirrored_agents(self) -> list[str]:
         """The agents with saves written but not yet in the rows."""

@@ -163,9 +163,7 @@ class Upkeep:
                 if not behind_by_more_than(db, index, BACKLOG_ROWS):
                     continue
                 self._taking_backlog.add(index.name)
-            index.prepare(upcoming(db, index, WORDS_STEP_ROWS))
-            with write_transaction(db):
-                step = catch_up(db, index, max_steps=1, rows=WORDS_STEP_ROWS)
+            step = self._prepared_step(index, WORDS_STEP_ROWS)
             self._note_taken(index.name, step)
             taken += step
         return taken
@@ -182,12 +180,21 @@ class Upkeep:
             if built_state(db, index) is None:
                 with write_transaction(db):
                     ensure_built(db, index)
-            index.prepare(upcoming(db, index))  # the slow part: no lock held
-            with write_transaction(db):
-                step = catch_up(db, index, max_steps=1)
+            step = self._prepared_step(index)
             self._note_taken(index.name, step)
             taken += step
         return taken
+
+    def _prepared_step(self, index: DerivedIndex, rows: int | None = None) -> int:
+        """One step of catch_up: its rows prepared (stemmed, embedded) with no lock held,
+        then taken in with a short write that goes no further than what was prepared
+        (saves that came meanwhile are the next step's). Returns the rows taken in."""
+        db = self.shared.db
+        ahead = upcoming(db, index, rows)
+        index.prepare(ahead.rows if ahead is not None else [])  # the slow part
+        through = ahead.after.cursor if ahead is not None else None
+        with write_transaction(db):
+            return catch_up(db, index, max_steps=1, rows=rows, through=through)
 
     def _note_taken(self, name: str, rows: int) -> None:
         now = time.monotonic()

@@ -177,10 +177,11 @@ class SyncWatcher:
         self._watched: list[tuple[int, int] | None] = []
         self._deferred: set[str] = set()  # agents whose reconcile waits (git is busy)
         self._overflow_hook = _OverflowHook(self)
-        # Called before each round of reconciles: the daemon mirrors the saves it has
-        # acknowledged, so their history is there to judge a stale editor buffer by, and
-        # names the agents whose saves could not be mirrored yet: those wait.
-        self.before_reconcile: Callable[[], Collection[str]] = lambda: ()
+        # Called before each round of reconciles with the agents due: the daemon mirrors
+        # the saves it has acknowledged to those someone else wrote since, so their
+        # history is there to judge a stale editor buffer by, and names the agents
+        # whose saves are not in the rows yet: those wait.
+        self.before_reconcile: Callable[[Collection[str]], Collection[str]] = lambda _: ()
         # Called after a round that changed rows: the daemon's indexes catch up.
         self.after_reconcile: Callable[[], None] = lambda: None
 
@@ -312,7 +313,7 @@ class SyncWatcher:
         while not self._stop.is_set():
             now, due = self._wait_for_due(clocks)
             due += self._periodic_work(clocks, now)
-            held = self.before_reconcile() if due else ()
+            held = self.before_reconcile(due) if due else ()
             for agent in held:
                 if agent in due:  # judged once its saves' history is in the rows
                     self.schedule(agent, RETRY_SECONDS)

@@ -207,7 +207,19 @@ def watched_scratch_folder(workspace: Workspace, reconciles: Callable[[], int]) 
     scratch = workspace.agents_dir / "storm" / "scratch"
     for folder in (scratch.parent, scratch):
         if not folder.exists():
-            seen = reconciles()
+            seen = quiet_count(reconciles)  # no retry still to come that would count here
             folder.mkdir()
             wait_until(lambda seen=seen: reconciles() > seen)
     return scratch
+
+
+def quiet_count(count: Callable[[], int], quiet: float = 1.0) -> int:
+    """The count once it has not moved for ``quiet`` seconds (longer than the watcher's
+    retry of an agent it held back)."""
+    deadline = time.monotonic() + 30
+    while True:
+        seen = count()
+        time.sleep(quiet)
+        if count() == seen:
+            return seen
+        assert time.monotonic() < deadline, "the count kept moving"

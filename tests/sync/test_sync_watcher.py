@@ -149,7 +149,7 @@ def test_an_agent_whose_saves_are_not_in_the_rows_yet_waits_for_them(
     buffer), and the others at once."""
     held = {"coder"}
     watcher = SyncWatcher(workspace)
-    watcher.before_reconcile = lambda: set(held)
+    watcher.before_reconcile = lambda due: set(held) & set(due)
     watcher.start()
     try:
         assert watcher.ready.wait(30)
