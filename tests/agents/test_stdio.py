@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from support.processes import MCP_INITIALIZE
+
 from oryxmem.agents.stdio import _loop_can_serve
 
 NOISY_SERVER = """
@@ -28,21 +30,10 @@ def noisy(text: str) -> str:
 run_over_stdio(server)
 """
 
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-06-18",
-        "capabilities": {},
-        "clientInfo": {"name": "test", "version": "1"},
-    },
-}
-
 
 def test_what_a_tool_or_its_child_prints_goes_to_stderr_and_the_wire_holds_the_protocol() -> None:
     requests = [
-        INITIALIZE,
+        MCP_INITIALIZE,
         {"jsonrpc": "2.0", "method": "notifications/initialized"},
         {
             "jsonrpc": "2.0",
@@ -88,7 +79,7 @@ def test_a_regular_file_is_left_to_the_sdks_transport_and_a_pipe_is_served_on_th
 
 def test_requests_from_a_file_are_answered_by_the_sdks_transport(tmp_path: Path) -> None:
     requests = tmp_path / "requests.jsonl"
-    requests.write_text(json.dumps(INITIALIZE) + "\n")
+    requests.write_text(json.dumps(MCP_INITIALIZE) + "\n")
     with open(requests, encoding="utf-8") as stdin:
         done = subprocess.run(
             [sys.executable, "-c", NOISY_SERVER],
