@@ -430,11 +430,11 @@ class Journal(Protocol):
     def begin(self, intent: AppendIntent) -> None:
         """Note the intent (synced before this returns)."""
 
-    def end(self, intent: AppendIntent) -> None:
-        """The append is durable."""
+    def end(self) -> None:
+        """The append begun is durable."""
 
-    def withdraw(self, intent: AppendIntent) -> None:
-        """The append was taken back: the intent is no more (synced)."""
+    def withdraw(self) -> None:
+        """The append begun was taken back: its intent is no more (synced)."""
 
 
 def append_durably(
@@ -464,7 +464,7 @@ def append_durably(
     except OSError as error:
         _take_back(handle, fd, intent, journal)
         raise _storage_error("append to", path, error) from error
-    journal.end(intent)
+    journal.end()
     return result
 
 
@@ -474,7 +474,7 @@ def _take_back(handle: AppendHandle, fd: int, intent: AppendIntent, journal: Jou
     try:
         os.ftruncate(fd, intent.offset)
         os.fsync(fd)
-        journal.withdraw(intent)
+        journal.withdraw()
     except OSError:
         handle.close()
 

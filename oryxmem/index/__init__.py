@@ -278,11 +278,10 @@ def next_step(
     since the cursor first (none after the change ``through``, when given), then a
     rebuild (newest rows first). None: caught up. Reads only."""
     size = rows or index.batch
-    last = through if through is not None else -1
+    until, bound = ("", []) if through is None else (" AND seq <= ?", [through])
     changes = db.execute(
-        "SELECT seq, row_id, op FROM memory_changes WHERE seq > ? AND (? < 0 OR seq <= ?)"
-        " ORDER BY seq LIMIT ?",
-        [state.cursor, last, last, size],
+        f"SELECT seq, row_id, op FROM memory_changes WHERE seq > ?{until} ORDER BY seq LIMIT ?",
+        [state.cursor, *bound, size],
     ).fetchall()
     if changes:
         changed = {row_id for _, row_id, _ in changes}

@@ -99,13 +99,13 @@ class _AppendJournal:
     def begin(self, intent: AppendIntent) -> None:
         self.start = self.log.note(self.entries, intent)
 
-    def end(self, intent: AppendIntent) -> None:
+    def end(self) -> None:
         if self.entries:
             self.log.mark_done(self.start)
         else:
             self.log.take_back(self.start, sync=False)
 
-    def withdraw(self, intent: AppendIntent) -> None:
+    def withdraw(self) -> None:
         self.log.take_back(self.start, sync=True)
 
 

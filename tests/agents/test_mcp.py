@@ -3,7 +3,6 @@ drive every tool, with and without the daemon; many server processes share one w
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -15,7 +14,7 @@ import anyio
 import pytest
 from mcp import Client, StdioServerParameters
 from support.daemon import daemon
-from support.processes import MCP_INITIALIZE, run_cli, run_offline
+from support.processes import raw_mcp_tool_call, run_cli, run_offline
 from support.sync import sql
 
 from oryxmem.agents.mcp import RESULT_CHARS, MemoryTools, build_server
@@ -215,29 +214,9 @@ def test_over_stdio_every_call_goes_to_the_daemon_and_stdout_holds_only_the_prot
     assert log == ["save_memory|writer", "recall_memory|writer"]
 
     # The raw bytes on stdout: JSON-RPC lines and nothing else, even with a warning to say.
-    requests = [
-        MCP_INITIALIZE,
-        {"jsonrpc": "2.0", "method": "notifications/initialized"},
-        {
-            "jsonrpc": "2.0",
-            "id": 2,
-            "method": "tools/call",
-            "params": {"name": "memory_block", "arguments": {}},
-        },
-    ]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "oryxmem", "mcp", "--agent", "../bad"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdin is not None and proc.stdout is not None
-    proc.stdin.write("".join(json.dumps(r) + "\n" for r in requests))
-    proc.stdin.flush()
-    replies = [json.loads(proc.stdout.readline()) for _ in range(2)]  # each line is JSON
-    rest, stderr = proc.communicate(timeout=60)  # closes stdin: the server ends
-    assert rest == "" and proc.returncode == 0
+    command = [sys.executable, "-m", "oryxmem", "mcp", "--agent", "../bad"]
+    replies, rest, stderr = raw_mcp_tool_call(command, "memory_block", {})
+    assert rest == ""
     assert [reply.get("id") for reply in replies] == [1, 2]
     assert "## " in replies[1]["result"]["content"][0]["text"]
     assert "using the global memory file" in stderr

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from support.processes import MCP_INITIALIZE
+from support.processes import MCP_INITIALIZE, raw_mcp_tool_call
 
 from oryxmem.agents.stdio import _loop_can_serve
 
@@ -32,30 +32,9 @@ run_over_stdio(server)
 
 
 def test_what_a_tool_or_its_child_prints_goes_to_stderr_and_the_wire_holds_the_protocol() -> None:
-    requests = [
-        MCP_INITIALIZE,
-        {"jsonrpc": "2.0", "method": "notifications/initialized"},
-        {
-            "jsonrpc": "2.0",
-            "id": 2,
-            "method": "tools/call",
-            "params": {"name": "noisy", "arguments": {"text": "über"}},
-        },
-    ]
-    proc = subprocess.Popen(
-        [sys.executable, "-c", NOISY_SERVER],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        encoding="utf-8",
-    )
-    assert proc.stdin is not None and proc.stdout is not None
-    proc.stdin.write("".join(json.dumps(r) + "\n" for r in requests))
-    proc.stdin.flush()
-    replies = [json.loads(proc.stdout.readline()) for _ in range(2)]  # each line is JSON
-    rest, stderr = proc.communicate(timeout=60)  # closes stdin: the server ends
-    assert rest == "" and proc.returncode == 0, stderr
+    command = [sys.executable, "-c", NOISY_SERVER]
+    replies, rest, stderr = raw_mcp_tool_call(command, "noisy", {"text": "über"})
+    assert rest == ""
     assert [reply["id"] for reply in replies] == [1, 2]
     assert replies[1]["result"]["content"][0]["text"] == "ÜBER"
     for noise in ("printed noise", "written noise", "child noise"):

@@ -80,3 +80,39 @@ def test_the_saves_rows_are_taken_into_the_words_before_a_search(
     found = service.search("coder", "kettle", limit=5)
     assert found.words_pending == 0
     assert [hit.entry.content for hit in found.hits] == ["the kettle is in the second drawer"]
+
+
+def test_a_vectors_step_takes_in_what_it_embedded_before_the_lock_and_no_more(
+    in_daemon: MemoryService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows that arrive while a step embeds (saves mirrored meanwhile) are the next
+    step's: none is embedded under the write lock."""
+    service = in_daemon
+    arrive(service, "a", ["the first note about tea", "the second note about tea"])
+    vectors = service.upkeep.indexes["vectors"]
+    embedded: list[list[str]] = []
+    real_prepare = vectors.prepare
+
+    def prepare_then_more_arrive(rows):  # type: ignore[no-untyped-def]
+        real_prepare(rows)
+        if service.db.conn.in_transaction:
+            return  # add() making sure of its rows: they were prepared
+        embedded.append([r.content for r in rows])
+        if len(embedded) == 1:
+            arrive(service, "a", ["a note saved while the step embedded"])
+
+    monkeypatch.setattr(vectors, "prepare", prepare_then_more_arrive)
+    real_embed = vectors.embedder.embed
+    under_lock: list[list[str]] = []
+
+    def embed(texts, kind):  # type: ignore[no-untyped-def]
+        if service.db.conn.in_transaction:
+            under_lock.append(list(texts))
+        return real_embed(texts, kind)
+
+    monkeypatch.setattr(vectors.embedder, "embed", embed)
+    assert service.upkeep.embed_step() == 2
+    assert backlog_of(service)["vectors"] == 1
+    assert service.upkeep.embed_step() == 1
+    assert embedded[1] == ["a note saved while the step embedded"]
+    assert under_lock == [] and backlog_of(service)["vectors"] == 0

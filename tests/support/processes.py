@@ -3,10 +3,12 @@ modules (a plain install), a script with no network at all; and the samples."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -86,3 +88,36 @@ MCP_INITIALIZE = {
         "clientInfo": {"name": "oryxmem-tests", "version": "0"},
     },
 }
+
+
+def raw_mcp_tool_call(
+    command: list[str], tool: str, arguments: dict[str, Any]
+) -> tuple[list[dict[str, Any]], str, str]:
+    """An MCP server run as a host runs it, spoken to in raw JSON-RPC lines: initialize,
+    then one tools/call. Gives the two replies (each stdout line must be JSON), what
+    stdout held after them once stdin closed, and stderr. The server must exit 0."""
+    requests = [
+        MCP_INITIALIZE,
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "tools/call",
+            "params": {"name": tool, "arguments": arguments},
+        },
+    ]
+    proc = subprocess.Popen(
+        command,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        encoding="utf-8",
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write("".join(json.dumps(r) + "\n" for r in requests))
+    proc.stdin.flush()
+    replies = [json.loads(proc.stdout.readline()) for _ in range(2)]
+    rest, stderr = proc.communicate(timeout=60)  # closes stdin: the server ends
+    assert proc.returncode == 0, stderr
+    return replies, rest, stderr
