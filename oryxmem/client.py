@@ -297,6 +297,31 @@ class Client:
         the background: health()["indexes"] says how much is left."""
         return dict(self.call("reindex", agent=agent))
 
+    def entries(
+        self,
+        agent: str | None,
+        scope: str = "archival",
+        offset: int = 0,
+        limit: int = 100,
+        order: str = "newest",
+    ) -> dict[str, Any]:
+        """A page of one section (newest first by default), and the section's total."""
+        page = self.call(
+            "entries", agent=agent, scope=scope, offset=offset, limit=limit, order=order
+        )
+        return dict(page)
+
+    def forget(self, agent: str | None, ids: list[str]) -> dict[str, Any]:
+        """Take these entries out (by id); nothing changes if any is not there any more."""
+        return dict(self.call("forget", agent=agent, ids=ids))
+
+    def edit(self, agent: str | None, id: str, content: str) -> dict[str, Any]:
+        """Write entry ``id`` anew with this content, in its place; refused if it changed."""
+        return dict(self.call("edit", agent=agent, id=id, content=content))
+
+    def sessions(self, agent: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
+        return list(self.call("sessions", agent=agent, limit=limit))
+
     def memory(self, agent: str | None) -> dict[str, Any]:
         return dict(self.call("memory", agent=agent))
 

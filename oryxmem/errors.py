@@ -126,6 +126,10 @@ class SemanticSearchOffError(OryxError, code=1021, http_status=409):
     """A search by meaning only, where recall.embedder is none."""
 
 
+class EntryNotFoundError(OryxError, code=1022, http_status=409):
+    """The entry is not in MEMORY.md (any more): it changed or went since it was read."""
+
+
 class MemoryFileConflictedError(OryxError, code=2001, http_status=409):
     """MEMORY.md holds git conflict markers."""
 
@@ -160,6 +164,10 @@ class DaemonAlreadyRunningError(OryxError, code=2008, http_status=409):
 
 class EmbedderUnavailableError(OryxError, code=2009, http_status=503):
     """The embedder cannot embed now (its server is down, its model file is wrong)."""
+
+
+class FileBusyError(OryxError, code=2010, http_status=409):
+    """MEMORY.md kept changing while an edit was planned, or git is mid-operation."""
 
 
 # A bare OryxError is an internal one.

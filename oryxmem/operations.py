@@ -26,7 +26,7 @@ class Param(NamedTuple):
     define, and every command that talks to the daemon imports this table)."""
 
     name: str  # as the Client, the CLI and the service call it
-    type: str  # JSON Schema: "string", "integer" or "boolean"
+    type: str  # JSON Schema: "string", "integer", "boolean" or "array" (of strings)
     where: str  # "path", "query" or "body"
     doc: str
     required: bool = False
@@ -47,6 +47,8 @@ class Param(NamedTuple):
     def schema(self) -> dict[str, Any]:
         """Its JSON Schema."""
         schema: dict[str, Any] = {"type": self.type, "description": self.doc}
+        if self.type == "array":
+            schema["items"] = {"type": "string"}
         if self.enum is not None:
             schema["enum"] = list(self.enum)
         if self.default is not None:
@@ -120,6 +122,7 @@ ENTRY = _object(
         "line": _TEXT,
     }
 )
+_NUMBERED = _object({**ENTRY["properties"], "position": _INT})  # 1: the section's first
 SAVED = _object({**_AGENT, "entry": ENTRY, "deferred": _OPTIONAL_TEXT})
 RECALLED = _object({**_AGENT, "keyword": _TEXT, "strategy": {"type": "string"}, "lines": _TEXTS})
 _ARMS = {"type": "array", "items": {"enum": ["exact", "keyword", "context", "semantic"]}}
@@ -197,6 +200,15 @@ _SAVE_ERRORS = (
     e.MemoryFileUnreadableError,
 )
 
+_EDIT_ERRORS = (
+    *_REQUEST_ERRORS,
+    e.EntryNotFoundError,
+    e.FileBusyError,
+    e.StorageError,
+    e.MemoryFileConflictedError,
+    e.MemoryFileUnreadableError,
+)
+
 OPERATIONS: tuple[Operation, ...] = (
     Operation(
         "health",
@@ -256,6 +268,91 @@ OPERATIONS: tuple[Operation, ...] = (
         errors=_SAVE_ERRORS,
         per_agent=True,
         cli="save",
+    ),
+    Operation(
+        "entries",
+        "GET",
+        "/memory/entries",
+        "A page of one section of an agent's memory (newest first by default) and the"
+        " section's size: for a memory too large to take whole.",
+        params=(
+            Param(
+                "scope",
+                "string",
+                "query",
+                "archival (default) or core.",
+                default="archival",
+                enum=("archival", "core"),
+            ),
+            Param(
+                "offset",
+                "integer",
+                "query",
+                "Skip this many entries first.",
+                default=0,
+                minimum=0,
+                maximum=100_000_000,
+            ),
+            Param(
+                "limit",
+                "integer",
+                "query",
+                "At most this many entries.",
+                default=100,
+                minimum=1,
+                maximum=1000,
+                key="k",
+            ),
+            Param(
+                "order",
+                "string",
+                "query",
+                "newest (default) or oldest first.",
+                default="newest",
+                enum=("newest", "oldest"),
+            ),
+        ),
+        result=_object(
+            {
+                **_AGENT,
+                "scope": _TEXT,
+                "order": _TEXT,
+                "offset": _INT,
+                "total": _INT,
+                "version": _TEXT,
+                "entries": {"type": "array", "items": _NUMBERED},
+            }
+        ),
+        errors=(*_REQUEST_ERRORS, e.MemoryFileConflictedError, e.MemoryFileUnreadableError),
+        per_agent=True,
+    ),
+    Operation(
+        "forget",
+        "POST",
+        "/memory/forget",
+        "Take entries out of an agent's memory by id: out of MEMORY.md, the rows and every"
+        " index (history keeps that they went, and who asked). Refused, nothing changed,"
+        " when any of them is not in the file any more.",
+        params=(
+            Param("ids", "array", "body", "The entries' ids (as GET /memory gives them).", True),
+        ),
+        result=_object({**_AGENT, "forgotten": {"type": "array", "items": ENTRY}}),
+        errors=_EDIT_ERRORS,
+        per_agent=True,
+    ),
+    Operation(
+        "edit",
+        "POST",
+        "/memory/edit",
+        "Write one entry anew: new content, in its place, with its time. Refused, nothing"
+        " changed, when the entry is not as it was read (its id is gone).",
+        params=(
+            Param("id", "string", "body", "The entry's id, as it was read.", True),
+            Param("content", "string", "body", "What it says now.", True),
+        ),
+        result=_object({**_AGENT, "was": ENTRY, "entry": ENTRY}),
+        errors=(*_EDIT_ERRORS, e.EmptyContentError, e.InvalidContentError, e.ContentTooLongError),
+        per_agent=True,
     ),
     Operation(
         "recall",
@@ -514,6 +611,26 @@ OPERATIONS: tuple[Operation, ...] = (
         "Open a session: the messages of one conversation, kept for history and episodes.",
         params=(Param("agent", "string", "body", "The agent the session belongs to."),),
         result=_SESSION,
+        errors=_REQUEST_ERRORS,
+    ),
+    Operation(
+        "sessions",
+        "GET",
+        "/api/v1/sessions",
+        "The sessions, the most recently active first (of one agent, or all).",
+        params=(
+            _query("agent", "Only this agent's (default: every agent's)."),
+            Param(
+                "limit",
+                "integer",
+                "query",
+                "At most this many.",
+                default=50,
+                minimum=1,
+                maximum=1000,
+            ),
+        ),
+        result={"type": "array", "items": _SESSION},
         errors=_REQUEST_ERRORS,
     ),
     Operation(

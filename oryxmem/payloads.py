@@ -17,6 +17,9 @@ if TYPE_CHECKING:  # the CLI's daemon path imports this module, and never the se
         SaveResult,
         SearchResult,
     )
+    from oryxmem.service.results import Page
+    from oryxmem.store.sessions import SessionInfo
+    from oryxmem.sync.edits import Edited
 
 
 def agent_data(ref: AgentRef) -> dict[str, Any]:
@@ -72,6 +75,31 @@ def memory_data(view: MemoryView) -> dict[str, Any]:
         "archival": [entry_data(entry) for entry in view.archival],
         "markdown": view.markdown,
     }
+
+
+def page_data(page: Page, order: str) -> dict[str, Any]:
+    return {
+        **agent_data(page.agent),
+        "scope": page.scope,
+        "order": order,
+        "offset": page.offset,
+        "total": page.total,
+        "version": page.version,
+        "entries": [{**entry_data(entry), "position": at} for at, entry in page.entries],
+    }
+
+
+def forgotten_data(edited: Edited, ref: AgentRef) -> dict[str, Any]:
+    return {**agent_data(ref), "forgotten": [entry_data(entry) for entry in edited.removed]}
+
+
+def edited_data(edited: Edited, ref: AgentRef) -> dict[str, Any]:
+    (was,), (entry,) = edited.replaced, edited.written
+    return {**agent_data(ref), "was": entry_data(was), "entry": entry_data(entry)}
+
+
+def sessions_data(sessions: list[SessionInfo]) -> list[dict[str, Any]]:
+    return [session.__dict__ for session in sessions]
 
 
 def agents_data(summaries: list[AgentSummary]) -> list[dict[str, Any]]:

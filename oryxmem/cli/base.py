@@ -13,7 +13,6 @@ import click
 
 from oryxmem import __version__
 from oryxmem.reach import Reach
-from oryxmem.store.format import escape_content
 from oryxmem.workspace import open_workspace, resolve_agent
 
 # Imported where a command needs them, not here: a call the daemon answers imports
@@ -55,31 +54,6 @@ def display_width(text: str) -> int:
 
 def pad(text: str, width: int) -> str:
     return text + " " * max(width - display_width(text), 0)
-
-
-# Marks that reorder what a terminal shows (a line could read backwards); revealed.
-BIDI_CONTROLS = frozenset(
-    "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
-)
-
-
-def terminal_safe(text: str) -> str:
-    """Text as one line with no control characters: escaped like MEMORY.md, then \\xNN."""
-    return terminal_line(escape_content(text))
-
-
-def terminal_line(line: str) -> str:
-    """A line of MEMORY.md (already one line) as a terminal may show it: C0 and C1
-    controls and DEL as \\xNN (ESC, BEL, CSI and OSC could retitle or clear the
-    terminal), bidirectional overrides as \\uNNNN."""
-    return "".join(
-        f"\\x{ord(ch):02x}"
-        if unicodedata.category(ch) == "Cc" and ch != "\t"
-        else f"\\u{ord(ch):04x}"
-        if ch in BIDI_CONTROLS
-        else ch
-        for ch in line
-    )
 
 
 def emit_json(data: Any) -> None:

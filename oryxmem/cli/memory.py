@@ -39,9 +39,9 @@ from oryxmem.cli.base import (
     json_option,
     pad,
     pass_context,
-    terminal_line,
-    terminal_safe,
 )
+from oryxmem.visible import revealed as terminal_line
+from oryxmem.visible import revealed_text as terminal_safe
 
 
 @cli.command()

@@ -22,10 +22,10 @@ from oryxmem.cli.base import (
     emit_json,
     json_option,
     pass_context,
-    terminal_safe,
 )
 from oryxmem.config import Config
 from oryxmem.errors import OryxError
+from oryxmem.visible import revealed_text as terminal_safe
 from oryxmem.workspace import init_workspace, open_workspace, socket_path
 
 MIRROR_WAIT_SECONDS = 10.0  # what sync waits for a running daemon to mirror its saves

@@ -23,17 +23,15 @@ from typing import Any
 from aiohttp import web, web_protocol, web_server
 from aiohttp.web_request import BaseRequest
 
+from oryxmem.daemon.arguments import BODY, CLIENT_TIMEOUT, arguments
 from oryxmem.daemon.readers import Readers
 from oryxmem.daemon.sockets import peer_uid
 from oryxmem.daemon.worker import MemoryWorker
 from oryxmem.errors import (
     BodyTooLargeError,
-    EmptyKeywordError,
     ForbiddenError,
     InternalError,
-    InvalidContentError,
     InvalidFieldError,
-    InvalidJsonError,
     MalformedRequestError,
     MethodNotAllowedError,
     NotFoundError,
@@ -43,21 +41,24 @@ from oryxmem.errors import (
     WrongWorkspaceError,
 )
 from oryxmem.openapi import openapi_document
-from oryxmem.operations import BY_NAME, OPERATIONS, Operation, Param
+from oryxmem.operations import BY_NAME, OPERATIONS, Operation
 from oryxmem.payloads import (
     agents_data,
     context_data,
+    edited_data,
     episodes_data,
+    forgotten_data,
     memory_data,
+    page_data,
     prompt_data,
     recall_data,
     save_data,
     search_data,
+    sessions_data,
 )
 from oryxmem.schemas import tool_schemas
 from oryxmem.service import MemoryService, SaveRequest
 from oryxmem.service.finding import RECALL_MIN_SIMILARITY
-from oryxmem.store.format import has_lone_surrogate
 from oryxmem.store.rows import sync_summary
 from oryxmem.tools import RecallArgs, ToolCall, save_request
 from oryxmem.workspace import GLOBAL_AGENT, WORKSPACE_HEADER, AgentRef, agent_name_problem
@@ -69,9 +70,7 @@ Handler = Callable[[web.Request], Awaitable[Any]]
 WORKER: web.AppKey[MemoryWorker] = web.AppKey("worker", MemoryWorker)
 READERS: web.AppKey[Readers] = web.AppKey("readers", Readers)
 HEALTH: web.AppKey[Callable[[], dict[str, Any]]] = web.AppKey("health")
-CLIENT_TIMEOUT = web.AppKey("client_timeout", float)
 ROOT = web.AppKey("root", str)  # the workspace served, as realpath
-BODY = web.RequestKey("body", dict)  # the JSON body, once arguments() has read it
 
 
 def envelope(code: int, message: str, data: Any) -> dict[str, Any]:
@@ -189,49 +188,6 @@ class _EnvelopeServer(web_server.Server):
         return EnvelopeRequestHandler(self, loop=self._loop, **self._kwargs)
 
 
-# --- request parsing ------------------------------------------------------------
-
-
-async def json_body(request: web.Request) -> dict[str, Any]:
-    if request.content.is_eof():
-        raw = await request.read()  # all here already (the usual case): no timer needed
-    else:
-        try:
-            raw = await asyncio.wait_for(request.read(), request.app[CLIENT_TIMEOUT])
-        except TimeoutError:
-            raise RequestTimeoutError(
-                f"the body did not arrive within {request.app[CLIENT_TIMEOUT]} s; closing"
-            ) from None
-    if not raw:
-        return {}
-    try:
-        value = json.loads(raw)
-    except RecursionError:
-        raise InvalidJsonError("the body is not valid JSON: nested too deeply") from None
-    except ValueError as error:  # not UTF-8, not JSON, or a number of over 4,300 digits
-        raise InvalidJsonError(f"the body is not valid JSON: {error}"[:300]) from None
-    if not isinstance(value, dict):
-        raise InvalidFieldError("the body must be a JSON object")
-    refuse_lone_surrogates(value)
-    return value
-
-
-def refuse_lone_surrogates(value: Any) -> None:
-    """A string anywhere in the body holding half of a UTF-16 pair is not Unicode: it
-    cannot be written to MEMORY.md nor recorded, so the request is refused up front."""
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, str):
-            if has_lone_surrogate(item):
-                raise InvalidContentError("the body holds a lone surrogate (not Unicode)")
-        elif isinstance(item, dict):
-            stack.extend(item.keys())
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-
-
 def path_agent(request: web.Request) -> AgentRef:
     """The agent named in the URL; an unsafe name there is an error, not a fallback.
 
@@ -245,6 +201,15 @@ def path_agent(request: web.Request) -> AgentRef:
     if problem:
         raise UnsafeAgentNameError(f"unsafe agent name {name!r}: {problem}")
     return AgentRef(name, name)
+
+
+def query_agent(args: Args) -> str | None:
+    """The agent a listing is narrowed to (?agent=); an unsafe name is an error."""
+    agent: str | None = args["agent"]
+    problem = agent_name_problem(agent) if agent else None
+    if problem:
+        raise UnsafeAgentNameError(f"unsafe agent name {agent!r}: {problem}")
+    return agent
 
 
 async def run(request: web.Request, work: Callable[[MemoryService], Any]) -> Any:
@@ -278,72 +243,6 @@ async def run_for(request: web.Request, ref: AgentRef, work: Callable[[MemorySer
         return work(service)
 
     return await run(request, checked)
-
-
-# --- arguments ------------------------------------------------------------------
-
-
-async def arguments(request: web.Request, operation: Operation) -> dict[str, Any]:
-    """The operation's arguments from the path, the query and the body, each checked
-    against its entry in the table (type, limits, choices); absent ones are their
-    default. The body is read only by an operation that takes one."""
-    body = await json_body(request) if operation.has_body else {}
-    request[BODY] = body  # as sent: an agent tool's call is recorded as it was made
-    args: dict[str, Any] = {}
-    for param in operation.params:
-        if param.where == "body":
-            args[param.name] = body_value(param, body)
-        else:
-            source = request.match_info if param.where == "path" else request.query
-            args[param.name] = text_value(param, source.get(param.wire))
-    return args
-
-
-def body_value(param: Param, body: dict[str, Any]) -> Any:
-    value = body.get(param.wire)
-    if value is None:
-        if param.required:
-            raise InvalidFieldError(f"{param.wire!r} is required")
-        return param.default
-    if param.type == "integer":
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise InvalidFieldError(f"{param.wire!r} must be a whole number")
-        return _within(param, value, f"{param.wire!r}")
-    if param.type == "boolean":
-        if not isinstance(value, bool):
-            raise InvalidFieldError(f"{param.wire!r} must be true or false")
-        return value
-    if not isinstance(value, str):
-        raise InvalidFieldError(f"{param.wire!r} must be a string, not {type(value).__name__}")
-    return value
-
-
-def text_value(param: Param, value: str | None) -> Any:
-    """A path or query argument, from its text."""
-    if param.blank is not None and not (value or "").strip():
-        raise EmptyKeywordError(param.blank)
-    if value is None or (value == "" and param.type != "string"):
-        if param.required:
-            raise InvalidFieldError(f"?{param.wire}= is required")
-        return param.default
-    if param.type == "integer":
-        if not value.isascii() or not value.isdigit() or len(value) > 9:
-            raise InvalidFieldError(f"?{param.wire}= must be a whole number")
-        return _within(param, int(value), f"?{param.wire}=")
-    if param.type == "boolean":
-        if value not in ("1", "0", "true", "false"):
-            raise InvalidFieldError(f"?{param.wire}= must be 1, 0, true or false")
-        return value in ("1", "true")
-    return value or param.default  # an empty ?session= is no session
-
-
-def _within(param: Param, number: int, said: str) -> int:
-    least = param.minimum if param.minimum is not None else number
-    most = param.maximum if param.maximum is not None else number
-    if not least <= number <= most:
-        upper = f" and at most {param.maximum}" if param.maximum is not None else ""
-        raise InvalidFieldError(f"{said} must be at least {param.minimum}{upper}")
-    return number
 
 
 Args = dict[str, Any]
@@ -401,10 +300,60 @@ async def get_memory(request: web.Request, args: Args) -> Any:
     return await run_for(request, ref, lambda s: memory_data(s.get(ref.agent)))
 
 
+# Who a change is recorded as coming from in history: "socket", or what the client says
+# of itself in X-OryxOS-Source when that is one of these.
+SOURCE_HEADER = "X-OryxOS-Source"
+NAMED_SOURCES = frozenset({"console"})
+
+
+def source_of(request: web.Request) -> str:
+    said = request.headers.get(SOURCE_HEADER)
+    return said if said in NAMED_SOURCES else "socket"
+
+
+@handles("entries")
+async def entries(request: web.Request, args: Args) -> Any:
+    ref = path_agent(request)
+    scope, offset, limit, order = args["scope"], args["offset"], args["limit"], args["order"]
+
+    def page(service: MemoryService) -> dict[str, Any]:
+        return page_data(service.page(ref.agent, scope, offset, limit, order == "newest"), order)
+
+    return await run_for(request, ref, page)
+
+
+@handles("forget")
+async def forget(request: web.Request, args: Args) -> Any:
+    ref = path_agent(request)
+    ids, source = args["ids"], source_of(request)
+
+    def remove(service: MemoryService) -> dict[str, Any]:
+        edited = service.edit(ref.agent, ids, source=source)
+        return forgotten_data(edited, service.resolve(ref.agent))
+
+    data = await run_for(request, ref, remove)
+    request.app[WORKER].on_mirrored()  # the indexes let the entries go
+    return data
+
+
+@handles("edit")
+async def edit(request: web.Request, args: Args) -> Any:
+    ref = path_agent(request)
+    change, source = {args["id"]: args["content"]}, source_of(request)
+
+    def rewrite(service: MemoryService) -> dict[str, Any]:
+        edited = service.edit(ref.agent, (), change, source=source)
+        return edited_data(edited, service.resolve(ref.agent))
+
+    data = await run_for(request, ref, rewrite)
+    request.app[WORKER].on_mirrored()  # the indexes take the new text in
+    return data
+
+
 @handles("save")
 async def save(request: web.Request, args: Args) -> Any:
     ref = path_agent(request)
-    saving = SaveRequest(args["content"], args["scope"], "socket")
+    saving = SaveRequest(args["content"], args["scope"], source_of(request))
     return save_data(await request.app[WORKER].save_on_loop(ref, saving))
 
 
@@ -470,10 +419,7 @@ async def prompt(request: web.Request, args: Args) -> Any:
 
 @handles("history")
 async def history(request: web.Request, args: Args) -> Any:
-    agent = args["agent"]
-    problem = agent_name_problem(agent) if agent else None
-    if problem:
-        raise UnsafeAgentNameError(f"unsafe agent name {agent!r}: {problem}")
+    agent = query_agent(args)
     return await run(request, lambda s: s.audit_log(agent, args["limit"]))
 
 
@@ -542,6 +488,12 @@ async def _tool(
 async def create_session(request: web.Request, args: Args) -> Any:
     info = await run(request, lambda s: s.create_session(args["agent"]))
     return info.__dict__
+
+
+@handles("sessions")
+async def sessions(request: web.Request, args: Args) -> Any:
+    agent = query_agent(args)
+    return await run(request, lambda s: sessions_data(s.recent_sessions(agent, args["limit"])))
 
 
 @handles("append_message")

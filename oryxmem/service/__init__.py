@@ -17,7 +17,7 @@ which file served it and why.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,6 +26,7 @@ from oryxmem.config import Config
 from oryxmem.service.results import (
     AgentSummary,
     MemoryView,
+    Page,
     RecallResult,
     SaveResult,
     SearchHit,
@@ -58,6 +59,7 @@ if TYPE_CHECKING:
     from oryxmem.store.db import Database
     from oryxmem.store.markdown import MarkdownFiles
     from oryxmem.store.sessions import SessionInfo
+    from oryxmem.sync.edits import Edited
     from oryxmem.sync.engine import AgentReport, SyncEngine
 
 __all__ = [
@@ -203,6 +205,23 @@ class MemoryService:
     def recover_answered(self) -> int:
         return self.saving.recover_answered()
 
+    def edit(
+        self,
+        agent: str | None,
+        removals: Sequence[str] = (),
+        replacements: Mapping[str, str] | None = None,
+        *,
+        source: str = "api",
+    ) -> Edited:
+        """Forget entries and write others anew, named by id (sync/edits.py); the saves
+        answered before go into the rows first, so the edit is planned on all of them."""
+        from oryxmem.sync.edits import edit_entries
+
+        ref = self.resolve(agent)
+        self.check_folder(ref)
+        self.mirror_saves()
+        return edit_entries(self.sync_engine(), ref.agent, removals, replacements or {}, source)
+
     def sync(
         self,
         agents: Sequence[str] | None = None,
@@ -321,6 +340,9 @@ class MemoryService:
     def get(self, agent: str | None) -> MemoryView:
         return self.reading.get(agent)
 
+    def page(self, agent: str | None, scope: str, offset: int, limit: int, newest: bool) -> Page:
+        return self.reading.page(agent, scope, offset, limit, newest)
+
     def agents(self) -> list[AgentSummary]:
         return self.reading.agents()
 
@@ -328,6 +350,9 @@ class MemoryService:
 
     def create_session(self, agent: str | None) -> SessionInfo:
         return self.sessions.create_session(agent)
+
+    def recent_sessions(self, agent: str | None, limit: int) -> list[SessionInfo]:
+        return self.sessions.recent(agent, limit)
 
     def append_message(self, session_id: str, role: str, content: str) -> int:
         return self.sessions.append_message(session_id, role, content)

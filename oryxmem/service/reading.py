@@ -4,9 +4,10 @@ backend (``memory.backend``) answers them."""
 from __future__ import annotations
 
 from oryxmem.errors import OryxError
-from oryxmem.service.results import AgentSummary, MemoryView
+from oryxmem.fileio import file_stat
+from oryxmem.service.results import AgentSummary, MemoryView, Page
 from oryxmem.service.shared import Shared
-from oryxmem.store.format import new_file_text
+from oryxmem.store.format import CORE, new_file_text
 from oryxmem.workspace import AgentRef
 
 
@@ -21,6 +22,25 @@ class Reading:
         core, archival = shared.reader(ref).entries()
         markdown = shared.files.get(ref.agent).document().text or new_file_text()
         return MemoryView(ref, core, archival, markdown)
+
+    def page(self, agent: str | None, scope: str, offset: int, limit: int, newest: bool) -> Page:
+        """A page of one section: ``limit`` entries from ``offset`` on, counted from the
+        newest (the end of the section) or the oldest; positions count from the oldest."""
+        shared = self.shared
+        ref = shared.resolve(agent)
+        core, archival = shared.reader(ref).entries()
+        section = core if scope == CORE else archival
+        total = len(section)
+        if newest:
+            stop = max(total - offset, 0)
+            start = max(stop - limit, 0)
+            positions = range(stop, start, -1)
+        else:
+            positions = range(offset + 1, min(offset + limit, total) + 1)
+        entries = [(at, section[at - 1]) for at in positions]
+        stat = file_stat(shared.workspace.memory_path(ref.agent))
+        version = "none" if stat is None else "-".join(map(str, stat))
+        return Page(ref, scope, offset, total, entries, version)
 
     def agents(self) -> list[AgentSummary]:
         """The global file and every agent directory, with entry counts."""

@@ -55,6 +55,18 @@ class MemoryView:
 
 
 @dataclass(frozen=True)
+class Page:
+    """A page of one section: each entry with its position (1: the section's first)."""
+
+    agent: AgentRef
+    scope: str
+    offset: int
+    total: int
+    entries: list[tuple[int, Entry]]
+    version: str  # the file's stat: another when the file is written
+
+
+@dataclass(frozen=True)
 class AgentSummary:
     name: str  # '' = the global file
     core: int | None

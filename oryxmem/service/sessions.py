@@ -24,6 +24,10 @@ class Sessions:
     def create_session(self, agent: str | None) -> SessionInfo:
         return self.store.create(self.shared.resolve(agent).agent)
 
+    def recent(self, agent: str | None, limit: int) -> list[SessionInfo]:
+        name = None if agent is None else self.shared.resolve(agent).agent
+        return self.store.recent(name, limit)
+
     def append_message(self, session_id: str, role: str, content: str) -> int:
         return self.store.append(session_id, role, content)
 

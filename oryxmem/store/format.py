@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import re
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
@@ -436,22 +436,31 @@ def record_appended_many(doc: MemoryDocument, appended_text: str, entries: Seque
 
 
 def apply_edits(
-    doc: MemoryDocument, additions: Sequence[EntryText], removals: Collection[str] = ()
+    doc: MemoryDocument,
+    additions: Sequence[EntryText],
+    removals: Collection[str] = (),
+    replacements: Mapping[str, EntryText] | None = None,
 ) -> str:
-    """The file text after removing the lines of some entries and adding others.
+    """The file text after removing the lines of some entries, writing others anew in
+    their place (``replacements``: id -> what it says now) and adding more.
 
-    Only whole lines are removed or inserted. New entries go at the end of their
-    section; a missing section is created (core before archival when possible).
+    Only whole lines are removed, replaced or inserted. New entries go at the end of
+    their section; a missing section is created (core before archival when possible).
     """
-    unknown = [entry_id for entry_id in removals if entry_id not in doc.entry_lines]
+    replacements = replacements or {}
+    unknown = [i for i in [*removals, *replacements] if i not in doc.entry_lines]
     if unknown:
         raise KeyError(f"no entries with ids {unknown}")
     removed_indexes = {doc.entry_lines[entry_id] for entry_id in removals}
+    replaced = {doc.entry_lines[i]: entry for i, entry in replacements.items()}
     nl = doc.newline
     inserts, tail = _placed(doc, additions)
     out: list[str] = list(inserts.get(-1, []))
     for index, line in enumerate(doc.lines):
-        if index not in removed_indexes:
+        if index in replaced:
+            ending = line[len(line.rstrip("\r\n")) :]
+            out.append(render_entry_line(replaced[index].ts, replaced[index].content) + ending)
+        elif index not in removed_indexes:
             out.append(line)
         follow = inserts.get(index)
         if follow:

@@ -320,6 +320,7 @@ class MarkdownMemoryStore(LongTermMemoryStore):
         removals: Collection[str],
         *,
         based_on: FileStat | None,
+        replacements: Mapping[str, EntryText] | None = None,
     ) -> list[Entry]:
         """Write additions and removals to the file the caller read; it holds the lock.
 
@@ -327,12 +328,12 @@ class MarkdownMemoryStore(LongTermMemoryStore):
         file); if the file is not that one any more (git, an editor wrote meanwhile),
         raises ConcurrentChange: read again and plan again. Entries that all land at
         the very end of the file are appended in place (journaled, fsynced); anything
-        else is one atomic rewrite.
+        else (``replacements``: entries written anew in their place) is one atomic rewrite.
         """
         cached = self._parseable_locked()
         if cached.key != based_on:
             raise ConcurrentChange(self.path)
-        return self._write_locked(cached, additions, removals)
+        return self._write_locked(cached, additions, removals, replacements=replacements)
 
     def append_locked(
         self, additions: Sequence[EntryText]
@@ -356,11 +357,12 @@ class MarkdownMemoryStore(LongTermMemoryStore):
         removals: Collection[str],
         *,
         answers: bool = False,
+        replacements: Mapping[str, EntryText] | None = None,
     ) -> list[Entry]:
         """Write the edits; ``answers``: they are saves about to be answered, noted in the
         journal until the rows have them (a crash, a stale buffer)."""
         added = plan_entries(cached.doc, additions)
-        if not (additions or removals):
+        if not (additions or removals or replacements):
             return added
         key = cached.key
         # Someone else wrote it last (an editor, git)? One that truncated it and is writing
@@ -373,9 +375,10 @@ class MarkdownMemoryStore(LongTermMemoryStore):
             patience = self._waiting_since + QUIET_PATIENCE - now
             if patience > 0 and wait_until_quiet(self.path, QUIET_SECONDS, patience) != key:
                 raise ConcurrentChange(self.path)  # it moved: read and plan again
-        tail = append_at_end(cached.doc, additions) if key and not removals else None
+        in_place = key and not (removals or replacements)
+        tail = append_at_end(cached.doc, additions) if in_place else None
         if key is None or tail is None:
-            self._rewrite_locked(cached, additions, removals)
+            self._rewrite_locked(cached, additions, removals, replacements)
             if answers:
                 self.answered.note(added)
                 self._journal_seen = self.answered.stat()
@@ -398,14 +401,19 @@ class MarkdownMemoryStore(LongTermMemoryStore):
         return added
 
     def _rewrite_locked(
-        self, cached: _Cached, additions: Sequence[EntryText], removals: Collection[str]
+        self,
+        cached: _Cached,
+        additions: Sequence[EntryText],
+        removals: Collection[str],
+        replacements: Mapping[str, EntryText] | None,
     ) -> None:
         if cached.key is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             base = parse(new_file_text())
         else:
             base = cached.doc
-        self._replace_locked(cached, apply_edits(base, additions, removals), base)
+        text = apply_edits(base, additions, removals, replacements)
+        self._replace_locked(cached, text, base)
 
     def _replace_locked(self, cached: _Cached, text: str, base: MemoryDocument) -> None:
         """Replace the file as read (``cached``) by text planned on ``base``."""

@@ -132,6 +132,16 @@ class SessionStore:
                 )
             return session_id, len(added)
 
+    def recent(self, agent: str | None, limit: int) -> list[SessionInfo]:
+        """The sessions (of one agent, or all), the most recently active first."""
+        where, args = ("", []) if agent is None else (" WHERE agent = ?", [agent])
+        rows = self.db.execute(
+            "SELECT id, agent, created_at, updated_at, json_array_length(messages_json)"
+            f" FROM sessions{where} ORDER BY updated_at DESC, rowid DESC LIMIT ?",
+            [*args, limit],
+        )
+        return [SessionInfo(*row) for row in rows]
+
     def messages(self, session_id: str) -> list[dict[str, Any]]:
         row = self.db.execute(
             "SELECT messages_json FROM sessions WHERE id = ?", [session_id]

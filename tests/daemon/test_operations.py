@@ -34,6 +34,10 @@ CLIENT_METHODS = {
     "openapi": "openapi",
     "agents": "agents",
     "memory": "memory",
+    "entries": "entries",
+    "forget": "forget",
+    "edit": "edit",
+    "sessions": "sessions",
     "save": "save",
     "recall": "recall",
     "search": "search",
@@ -120,11 +124,25 @@ def test_every_operation_answers_with_the_shape_the_table_says(running: RunningD
             "append_message": {"session": session, "role": "user", "content": "tea?"},
             "session_messages": {"session": session, "turns": 5},
         }
+        for agent in ("coder", None):  # an entry each, to edit and then forget
+            client.save(agent, "The user drinks black coffee.", "core")
+
+        def by_entry(operation: Operation, agent: str | None) -> dict[str, Any]:
+            """The arguments; an edit and a forget name the agent's first core entry."""
+            if operation.name not in ("edit", "forget"):
+                return arguments.get(operation.name, {})
+            entry = client.entries(agent, "core", order="oldest")["entries"][0]["id"]
+            if operation.name == "edit":
+                return {"id": entry, "content": "The user drinks green tea, no sugar."}
+            return {"ids": [entry]}
+
         for operation in OPERATIONS:
             args = arguments.get(operation.name, {})
             if operation.per_agent:  # the agent's route, and the global file's
-                data = client.call(operation.name, agent="coder", **args)
-                jsonschema.validate(client.call(operation.name, **args), operation.result)
+                data = client.call(operation.name, agent="coder", **by_entry(operation, "coder"))
+                jsonschema.validate(
+                    client.call(operation.name, **by_entry(operation, None)), operation.result
+                )
             else:
                 data = client.call(operation.name, **args)
             jsonschema.validate(data, operation.result)

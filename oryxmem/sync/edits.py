@@ -1,0 +1,174 @@
+"""Changing entries that are there already: forgetting some, writing others anew.
+
+A save only ever adds; these take entries out or rewrite them, so they go through the
+file and the rows together: under the agent's file lock and one write transaction the
+file is edited (one atomic rewrite), the rows follow, history records each change with
+who asked (``source``), and the agreed state moves to the file as written. The edit is
+planned on both sides agreeing (a reconcile first takes in what others wrote), and it
+names the entries it changes by id: an id that is not in the file any more (someone
+changed or removed that entry since the caller read it) refuses the whole edit, and
+nothing is written.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from oryxmem.errors import (
+    ContentTooLongError,
+    EntryNotFoundError,
+    FileBusyError,
+    MemoryFileConflictedError,
+)
+from oryxmem.fileio import ConcurrentChange, retry_on_change
+from oryxmem.store import rows
+from oryxmem.store.db import write_transaction
+from oryxmem.store.format import Entry, MemoryDocument, NewEntry, normalize_content
+from oryxmem.sync.engine import RECONCILE_ATTEMPTS, SyncEngine, file_sha256, kept_lines
+
+if TYPE_CHECKING:
+    from oryxmem.store.markdown import MarkdownMemoryStore
+
+
+@dataclass(frozen=True)
+class Edited:
+    """What an edit did: the entries it took out, those it wrote anew as they were, and
+    as they are now (with their new ids)."""
+
+    agent: str
+    removed: list[Entry]
+    replaced: list[Entry]
+    written: list[Entry]
+
+
+def edit_entries(
+    engine: SyncEngine,
+    agent: str,
+    removals: Sequence[str],
+    replacements: Mapping[str, str],
+    source: str,
+) -> Edited:
+    """Take the entries ``removals`` names out of the agent's memory, and write each entry
+    ``replacements`` names with its new content (same section, same time, same place).
+    Raises EntryNotFoundError, naming the ids, when any is not in the file."""
+    store = engine.files.get(agent)
+
+    def attempt() -> Edited:
+        engine.reconcile_agent(agent)  # both sides agree first: what others wrote is in
+        return _edit_once(engine, agent, store, removals, replacements, source)
+
+    try:
+        return retry_on_change(RECONCILE_ATTEMPTS, attempt)
+    except ConcurrentChange:
+        raise FileBusyError(
+            "MEMORY.md kept changing while the edit was planned (or git is mid-operation);"
+            " nothing was changed: try again"
+        ) from None
+
+
+def _edit_once(
+    engine: SyncEngine,
+    agent: str,
+    store: MarkdownMemoryStore,
+    removals: Sequence[str],
+    replacements: Mapping[str, str],
+    source: str,
+) -> Edited:
+    db = engine.db
+    with store.lock.hold():
+        doc, key = store.current_locked()
+        if not doc.parseable:
+            raise MemoryFileConflictedError("MEMORY.md has git conflict markers; resolve them")
+        by_id = {entry.entry_id: entry for entry in doc.all_entries()}
+        _check_present(by_id, [*removals, *replacements])
+        with write_transaction(db):
+            state = rows.read_state(db, agent)
+            if state is None or not rows.is_current(db, state, key):
+                raise ConcurrentChange(store.path)  # others wrote since: agree, plan again
+            limit = engine.config.max_content_chars
+            new = {
+                entry_id: NewEntry(by_id[entry_id].scope, by_id[entry_id].ts, text)
+                for entry_id, text in _checked(replacements, limit).items()
+            }
+            store.edit_locked((), removals, based_on=key, replacements=new)
+            after, after_key = store.current_locked()
+            written = _written(doc, after, removals, list(replacements))
+            removed = [by_id[entry_id] for entry_id in removals]
+            _follow_in_rows(engine, agent, removed, written, source, by_id, list(replacements))
+            agreed = [entry.entry_id for entry in after.all_entries()]
+            path = str(engine.workspace.memory_path(agent))
+            sha = file_sha256(after.text)
+            new_state = rows.agreed_state(
+                db, agent, path, after_key, sha, agreed, kept_lines(after)
+            )
+            rows.write_state(db, new_state, state.agreed)
+    return Edited(agent, removed, [by_id[entry_id] for entry_id in replacements], written)
+
+
+def _checked(replacements: Mapping[str, str], limit: int) -> dict[str, str]:
+    """Each new content as a save would store it (stripped, no controls, in bounds)."""
+    checked = {}
+    for entry_id, content in replacements.items():
+        text = normalize_content(content)
+        if len(text) > limit:
+            raise ContentTooLongError(f"content is {len(text)} characters; the limit is {limit}")
+        checked[entry_id] = text
+    return checked
+
+
+def _check_present(by_id: Mapping[str, Entry], wanted: Sequence[str]) -> None:
+    missing = [entry_id for entry_id in dict.fromkeys(wanted) if entry_id not in by_id]
+    if missing:
+        raise EntryNotFoundError(
+            f"no entry {', '.join(missing)} in MEMORY.md: it changed or went since it was"
+            " read; read it again",
+            data={"missing": missing},
+        )
+
+
+def _written(
+    before: MemoryDocument, after: MemoryDocument, removals: Sequence[str], replaced: list[str]
+) -> list[Entry]:
+    """The entries that took the replaced ones' lines, read back from the file written: a
+    replaced line keeps its place, moved up by the removed lines above it."""
+    at_line = {index: entry_id for entry_id, index in after.entry_lines.items()}
+    by_id = {entry.entry_id: entry for entry in after.all_entries()}
+    removed_lines = sorted(before.entry_lines[entry_id] for entry_id in removals)
+    written = []
+    for entry_id in replaced:
+        index = before.entry_lines[entry_id]
+        written.append(by_id[at_line[index - bisect.bisect_left(removed_lines, index)]])
+    return written
+
+
+def _follow_in_rows(
+    engine: SyncEngine,
+    agent: str,
+    removed: list[Entry],
+    written: list[Entry],
+    source: str,
+    before: Mapping[str, Entry],
+    replaced: list[str],
+) -> None:
+    """The rows and the history follow the file: removed rows go, rewritten rows take
+    their new content (keeping their place in the section)."""
+    db = engine.db
+    db.conn.executemany(
+        "DELETE FROM memory_entries WHERE agent = ? AND entry_id = ?",
+        [[agent, entry.entry_id] for entry in removed],
+    )
+    db.conn.executemany(
+        "UPDATE memory_entries SET content = ?, entry_id = ? WHERE agent = ? AND entry_id = ?",
+        [
+            [new.content, new.entry_id, agent, old]
+            for old, new in zip(replaced, written, strict=True)
+        ],
+    )
+    events = [rows.history_row(agent, "remove", source, entry) for entry in removed]
+    for old, new in zip(replaced, written, strict=True):
+        events.append(rows.history_row(agent, "remove", source, before[old], "edited"))
+        events.append(rows.history_row(agent, "add", source, new, "edited"))
+    rows.record_history_rows(db, events)

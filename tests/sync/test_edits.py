@@ -1,0 +1,140 @@
+"""Forgetting and rewriting entries by id (sync/edits.py) on a real MEMORY.md and a real
+SQLite file: the file, the rows, the indexes and history follow, and an edit planned on
+what is not there any more changes nothing."""
+
+from __future__ import annotations
+
+import pytest
+from support.sync import disagreements, sql
+
+from oryxmem.errors import (
+    ContentTooLongError,
+    EmptyContentError,
+    EntryNotFoundError,
+    MemoryFileConflictedError,
+)
+from oryxmem.service import MemoryService
+from oryxmem.workspace import Workspace
+
+
+def saved(service: MemoryService, *contents: str, scope: str = "core") -> list[str]:
+    return [service.save("coder", text, scope).entry.entry_id for text in contents]
+
+
+def file_text(workspace: Workspace) -> str:
+    return workspace.memory_path("coder").read_text(encoding="utf-8")
+
+
+def test_a_forgotten_entry_leaves_the_file_the_rows_the_index_and_history_says_who(
+    service: MemoryService, workspace: Workspace
+) -> None:
+    _tea, coffee = saved(service, "Drinks green tea.", "Drinks black coffee.")
+    service.catch_up_indexes()
+    edited = service.edit("coder", [coffee], source="console")
+    assert [entry.content for entry in edited.removed] == ["Drinks black coffee."]
+    assert "coffee" not in file_text(workspace) and "green tea" in file_text(workspace)
+    assert sql(workspace, "SELECT content FROM memory_entries WHERE agent = 'coder'").split(
+        "\n"
+    ) == ["Drinks green tea.", ""]
+    service.catch_up_indexes()
+    assert not service.search("coder", "coffee", mode="keyword").hits
+    last = service.audit_log("coder", 1)[0]
+    assert (last["op"], last["source"], last["content"]) == (
+        "remove",
+        "console",
+        "Drinks black coffee.",
+    )
+    assert disagreements(workspace) == []
+    service.sync()  # the reconcile after it finds nothing to do: no second removal
+    assert [e["op"] for e in service.audit_log("coder", 10)].count("remove") == 1
+
+
+def test_an_edit_writes_the_entry_in_its_place_with_its_time(
+    service: MemoryService, workspace: Workspace
+) -> None:
+    _, middle, _ = saved(service, "Name is Ada.", "Lives in Oslo.", "Uses vim.")
+    before = file_text(workspace).splitlines()
+    edited = service.edit("coder", (), {middle: "  Lives in Bergen.  "}, source="console")
+    (was,), (now,) = edited.replaced, edited.written
+    assert (was.content, now.content, now.ts) == ("Lives in Oslo.", "Lives in Bergen.", was.ts)
+    after = file_text(workspace).splitlines()
+    assert len(after) == len(before)
+    changed = [i for i, (a, b) in enumerate(zip(before, after, strict=True)) if a != b]
+    assert len(changed) == 1 and after[changed[0]].endswith("Lives in Bergen.")
+    core, _ = service.reader(service.resolve("coder")).entries()
+    assert [e.content for e in core] == ["Name is Ada.", "Lives in Bergen.", "Uses vim."]
+    assert now.entry_id in {e.entry_id for e in core} and middle not in {e.entry_id for e in core}
+    assert disagreements(workspace) == []
+    ops = [(e["op"], e["detail"]) for e in service.audit_log("coder", 2)]
+    assert sorted(ops) == [("add", "edited"), ("remove", "edited")]
+
+
+def test_an_edit_and_a_forget_together_keep_each_line_where_it_was(
+    service: MemoryService, workspace: Workspace
+) -> None:
+    a, b, _, d = saved(service, "one", "two", "three", "four")
+    edited = service.edit("coder", [a, b], {d: "four, rewritten"})
+    assert [e.content for e in edited.written] == ["four, rewritten"]
+    core, _ = service.reader(service.resolve("coder")).entries()
+    assert [e.content for e in core] == ["three", "four, rewritten"]
+    assert disagreements(workspace) == []
+
+
+def test_an_id_that_is_gone_refuses_the_whole_edit_and_changes_nothing(
+    service: MemoryService, workspace: Workspace
+) -> None:
+    path = workspace.memory_path("coder")
+    path.parent.mkdir(parents=True)
+    lines = ["- 2026-11-01 09:00:00 Keeps this.\n", "- 2026-11-02 09:00:00 Goes by hand.\n"]
+    path.write_text("## 核心记忆\n" + "".join(lines) + "\n## 归档记忆\n", encoding="utf-8")
+    service.sync()
+    core, _ = service.reader(service.resolve("coder")).entries()
+    keep, gone = (entry.entry_id for entry in core)
+    # An editor takes a line out after the page was read; the page then asks to forget
+    # both the entry it saw and the one that is gone.
+    path.write_text(path.read_text(encoding="utf-8").replace(lines[1], ""), encoding="utf-8")
+    before = path.read_bytes()
+    with pytest.raises(EntryNotFoundError) as refused:
+        service.edit("coder", [keep, gone])
+    assert refused.value.data == {"missing": [gone]}
+    assert path.read_bytes() == before
+    assert "Keeps this." in sql(workspace, "SELECT content FROM memory_entries")
+    assert disagreements(workspace) == []  # the hand edit itself was taken in
+
+
+def test_a_hand_edit_made_before_the_edit_is_kept(
+    service: MemoryService, workspace: Workspace
+) -> None:
+    (old,) = saved(service, "Old fact.")
+    path = workspace.memory_path("coder")
+    with path.open("a", encoding="utf-8") as out:
+        out.write("- 2026-11-30 10:00:00 Typed in by hand.\n")
+    service.edit("coder", [old])
+    text = file_text(workspace)
+    assert "Typed in by hand." in text and "Old fact." not in text
+    assert "Typed in by hand." in sql(workspace, "SELECT content FROM memory_entries")
+
+
+@pytest.mark.parametrize(
+    ("content", "error"), [("   ", EmptyContentError), ("x" * 40000, ContentTooLongError)]
+)
+def test_bad_new_content_is_refused_and_changes_nothing(
+    service: MemoryService, workspace: Workspace, content: str, error: type[Exception]
+) -> None:
+    (entry,) = saved(service, "A fact.")
+    before = workspace.memory_path("coder").read_bytes()
+    with pytest.raises(error):
+        service.edit("coder", (), {entry: content})
+    assert workspace.memory_path("coder").read_bytes() == before
+
+
+def test_a_file_with_conflict_markers_is_not_edited(
+    service: MemoryService, workspace: Workspace
+) -> None:
+    (entry,) = saved(service, "A fact.")
+    path = workspace.memory_path("coder")
+    path.write_text(file_text(workspace) + "<<<<<<< HEAD\n- x\n=======\n- y\n>>>>>>> b\n")
+    before = path.read_bytes()
+    with pytest.raises(MemoryFileConflictedError):
+        service.edit("coder", [entry])
+    assert path.read_bytes() == before
