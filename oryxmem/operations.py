@@ -122,7 +122,8 @@ ENTRY = _object(
         "line": _TEXT,
     }
 )
-_NUMBERED = _object({**ENTRY["properties"], "position": _INT})  # 1: the section's first
+# position 1: the section's first; source: who saved it (its row's source)
+_NUMBERED = _object({**ENTRY["properties"], "position": _INT, "source": _OPTIONAL_TEXT})
 SAVED = _object({**_AGENT, "entry": ENTRY, "deferred": _OPTIONAL_TEXT})
 RECALLED = _object({**_AGENT, "keyword": _TEXT, "strategy": {"type": "string"}, "lines": _TEXTS})
 _ARMS = {"type": "array", "items": {"enum": ["exact", "keyword", "context", "semantic"]}}
@@ -233,7 +234,17 @@ OPERATIONS: tuple[Operation, ...] = (
         result={
             "type": "array",
             "items": _object(
-                {"agent": _TEXT, "core": _INT, "archival": _INT, "problem": _OPTIONAL_TEXT}
+                {
+                    "agent": _TEXT,
+                    "core": _INT,
+                    "archival": _INT,
+                    "problem": _OPTIONAL_TEXT,
+                    "last_saved": _OPTIONAL_TEXT,
+                },
+                "agent",
+                "core",
+                "archival",
+                "problem",
             ),
         },
         cli="agents",

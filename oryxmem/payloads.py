@@ -85,7 +85,10 @@ def page_data(page: Page, order: str) -> dict[str, Any]:
         "offset": page.offset,
         "total": page.total,
         "version": page.version,
-        "entries": [{**entry_data(entry), "position": at} for at, entry in page.entries],
+        "entries": [
+            {**entry_data(entry), "position": at, "source": source}
+            for at, entry, source in page.entries
+        ],
     }
 
 
@@ -104,7 +107,13 @@ def sessions_data(sessions: list[SessionInfo]) -> list[dict[str, Any]]:
 
 def agents_data(summaries: list[AgentSummary]) -> list[dict[str, Any]]:
     return [
-        {"agent": s.name, "core": s.core, "archival": s.archival, "problem": s.problem}
+        {
+            "agent": s.name,
+            "core": s.core,
+            "archival": s.archival,
+            "problem": s.problem,
+            "last_saved": s.last_saved,
+        }
         for s in summaries
     ]
 

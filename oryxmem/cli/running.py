@@ -70,6 +70,25 @@ def daemon(ctx: Context, idle_exit: int) -> None:
     raise SystemExit(Daemon(workspace, config, idle_exit).run())
 
 
+@cli.command()
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=0,
+    show_default=True,
+    help="The port on 127.0.0.1 (0: a free one).",
+)
+@click.option("--no-browser", is_flag=True, help="Print the link; do not open a browser.")
+@pass_context
+def console(ctx: Context, port: int, no_browser: bool) -> None:
+    """Serve the console (every agent's memory in a browser) on 127.0.0.1 until Ctrl-C.
+
+    The first line printed is the link to open: it signs that browser in."""
+    from oryxmem.console.app import run_console
+
+    run_console(ctx.root, port, not no_browser)
+
+
 @cli.command("install-systemd")
 @click.option(
     "--unit-dir",

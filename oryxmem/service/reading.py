@@ -7,6 +7,7 @@ from oryxmem.errors import OryxError
 from oryxmem.fileio import file_stat
 from oryxmem.service.results import AgentSummary, MemoryView, Page
 from oryxmem.service.shared import Shared
+from oryxmem.store.db import select_in
 from oryxmem.store.format import CORE, new_file_text
 from oryxmem.workspace import AgentRef
 
@@ -37,7 +38,17 @@ class Reading:
             positions = range(stop, start, -1)
         else:
             positions = range(offset + 1, min(offset + limit, total) + 1)
-        entries = [(at, section[at - 1]) for at in positions]
+        chosen = [(at, section[at - 1]) for at in positions]
+        sources = dict(
+            select_in(
+                shared.db,
+                "SELECT entry_id, source FROM memory_entries WHERE agent = ?"
+                " AND entry_id IN ({marks})",
+                [entry.entry_id for _, entry in chosen],
+                [ref.agent],
+            )
+        )
+        entries = [(at, entry, sources.get(entry.entry_id)) for at, entry in chosen]
         stat = file_stat(shared.workspace.memory_path(ref.agent))
         version = "none" if stat is None else "-".join(map(str, stat))
         return Page(ref, scope, offset, total, entries, version)
@@ -53,5 +64,6 @@ class Reading:
             except OryxError as error:
                 summaries.append(AgentSummary(name, None, None, error.message))
                 continue
-            summaries.append(AgentSummary(name, len(core), len(archival), None))
+            newest = max((e.ts for e in (*core[-1:], *archival[-1:]) if e.ts), default=None)
+            summaries.append(AgentSummary(name, len(core), len(archival), None, newest))
         return summaries

@@ -56,13 +56,14 @@ class MemoryView:
 
 @dataclass(frozen=True)
 class Page:
-    """A page of one section: each entry with its position (1: the section's first)."""
+    """A page of one section: each entry with its position (1: the section's first) and
+    the source its row names (who saved it: cli, socket, file, ...; None: no row yet)."""
 
     agent: AgentRef
     scope: str
     offset: int
     total: int
-    entries: list[tuple[int, Entry]]
+    entries: list[tuple[int, Entry, str | None]]
     version: str  # the file's stat: another when the file is written
 
 
@@ -72,3 +73,4 @@ class AgentSummary:
     core: int | None
     archival: int | None
     problem: str | None
+    last_saved: str | None = None  # the newest entry's time
