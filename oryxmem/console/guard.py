@@ -10,7 +10,7 @@ a page on localhost.
   ``Origin`` and the page's CSRF token; a form another site posts stores nothing.
 - **Headers** on every reply: a Content-Security-Policy of ``default-src 'self'`` (no
   inline script or style, nothing from elsewhere, no framing), X-Frame-Options DENY,
-  nosniff, no referrer, no caching; and no CORS header, ever.
+  nosniff, no referrer to other sites, no caching; and no CORS header, ever.
 """
 
 from __future__ import annotations
@@ -30,7 +30,9 @@ SECURITY_HEADERS = {
     ),
     "X-Frame-Options": "DENY",
     "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
+    # No Referer to other sites; same-origin, not no-referrer: with no-referrer a browser
+    # sends "Origin: null" on the console's own form posts.
+    "Referrer-Policy": "same-origin",
     "Cache-Control": "no-store",
     "Cross-Origin-Opener-Policy": "same-origin",
     "Cross-Origin-Resource-Policy": "same-origin",
