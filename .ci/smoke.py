@@ -65,6 +65,8 @@ def check_wheel(wheel: Path) -> None:
         "oryxmem/embed/minilm-tokenizer.json",
         "oryxmem/daemon/units/oryxmem.service",
         "oryxmem/daemon/units/oryxmem.socket",
+        "oryxmem/console/templates/agent.html",
+        "oryxmem/console/static/console.js",
     ):
         assert data in names, f"{data} is not in {wheel.name}"
     assert importlib.util.find_spec("mem0") is None, "mem0 is installed: not a plain install"
@@ -82,6 +84,41 @@ def mcp_round_trip(command: str, args: list[str], env: dict[str, str], cwd: Path
             return "".join(getattr(block, "text", "") for block in found.content)
 
     return anyio.run(main)
+
+
+def console_round_trip(env: dict[str, str]) -> None:
+    """`oryxmem console` as a person starts it: the link it prints signs a client in (a
+    cookie), an agent's page shows the memory, and its form saves through the daemon."""
+    console = subprocess.Popen(
+        [ORYXMEM, "console", "--no-browser"], env=env, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert console.stdout is not None
+        link = console.stdout.readline().strip()
+        base = link.split("/?")[0]
+        jar = Path(tempfile.mkdtemp(prefix="oxsmoke-")) / "cookies"
+
+        def fetch(*args: str) -> str:
+            done = subprocess.run(
+                ["curl", "-sS", "-b", str(jar), "-c", str(jar), *args],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=True,
+            )
+            return done.stdout
+
+        assert "401" in fetch("-o", "/dev/null", "-w", "%{http_code}", base + "/"), "no guard"
+        fetch("-L", link)
+        page = fetch(base + "/agent?name=coder")
+        assert "User is Ada." in page, page[:2000]
+        csrf = page.split('name="csrf" value="', 1)[1].split('"', 1)[0]
+        form = ["-H", f"Origin: {base}", "-d", f"csrf={csrf}", "-d", "name=coder"]
+        fetch(*form, "-d", "content=Added in the console.", base + "/agent/add")
+        assert "Added in the console." in fetch(base + "/agent?name=coder")
+    finally:
+        console.send_signal(signal.SIGINT)
+        assert console.wait(timeout=30) == 0, "the console did not stop cleanly on Ctrl-C"
 
 
 def main() -> None:
@@ -149,6 +186,9 @@ def main() -> None:
             context = json.loads(out)["hookSpecificOutput"]["additionalContext"]
             assert "User is Ada." in context, out
             say("the session-start hook")
+
+            console_round_trip(env)
+            say("the console: signed in by its link, a page, a change through its form")
         finally:
             daemon.send_signal(signal.SIGTERM)
             daemon.wait(timeout=60)

@@ -6,148 +6,34 @@ the agent tools' JSON Schemas (schemas.py) and ``GET /api/v1/openapi.json`` (ope
 are made from this table; the CLI's options and the MCP tools are checked against it
 (tests/daemon/test_operations.py). An argument is added here, and in the code that uses it.
 
-This module is data: it imports nothing of oryxmem but the error table.
+This module is data: it imports nothing of oryxmem but the error table and what an
+operation is (signatures.py).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from functools import cached_property
-from typing import Any, NamedTuple
-
 from oryxmem import errors as e
-
-MAX_RESULTS = 100  # the most entries one search or recall call returns
-PREFIXES = ("/api/v1/agents/{name}", "/api/v1")  # an agent's routes, and the global file's
-
-
-class Param(NamedTuple):
-    """One argument of an operation (a NamedTuple: of the record types, the cheapest to
-    define, and every command that talks to the daemon imports this table)."""
-
-    name: str  # as the Client, the CLI and the service call it
-    type: str  # JSON Schema: "string", "integer", "boolean" or "array" (of strings)
-    where: str  # "path", "query" or "body"
-    doc: str
-    required: bool = False
-    default: Any = None
-    minimum: int | None = None
-    maximum: int | None = None
-    enum: tuple[str, ...] | None = None
-    key: str | None = None  # its name on the wire, when that differs (?q= for query)
-    blank: str | None = None  # the EmptyKeywordError message when it is missing or blank
-    in_tool: bool = True  # part of an agent tool's schema (agent and session are not)
-    tool_requires: bool = False  # required by the tool's schema though not by its route
-    in_cli: bool = True  # a CLI option or argument of the same name
-
-    @property
-    def wire(self) -> str:
-        return self.key or self.name
-
-    def schema(self) -> dict[str, Any]:
-        """Its JSON Schema."""
-        schema: dict[str, Any] = {"type": self.type, "description": self.doc}
-        if self.type == "array":
-            schema["items"] = {"type": "string"}
-        if self.enum is not None:
-            schema["enum"] = list(self.enum)
-        if self.default is not None:
-            schema["default"] = self.default
-        if self.minimum is not None:
-            schema["minimum"] = self.minimum
-        if self.maximum is not None:
-            schema["maximum"] = self.maximum
-        return schema
-
-
-@dataclass
-class Operation:
-    """One operation: what it does, where it is served, what it takes and gives."""
-
-    name: str
-    method: str
-    path: str  # under each of PREFIXES when per_agent, else the whole path
-    summary: str
-    params: tuple[Param, ...] = ()
-    result: dict[str, Any] = field(default_factory=dict)  # the JSON Schema of ``data``
-    errors: tuple[type[e.OryxError], ...] = ()
-    per_agent: bool = False
-    tool: bool = False  # an agent tool (POST /api/v1/tools/<name>)
-    cli: str | None = None  # the CLI command that carries it ("episodes search")
-
-    def paths(self) -> list[str]:
-        return [prefix + self.path for prefix in PREFIXES] if self.per_agent else [self.path]
-
-    def of(self, where: str) -> tuple[Param, ...]:
-        return self.placed.get(where, ())
-
-    @cached_property
-    def placed(self) -> dict[str, tuple[Param, ...]]:
-        """The params by where they travel, sorted once: the Client asks on every call."""
-        return {
-            where: tuple(param for param in self.params if param.where == where)
-            for where in {param.where for param in self.params}
-        }
-
-    @cached_property
-    def names(self) -> frozenset[str]:
-        return frozenset(param.name for param in self.params)
-
-    @property
-    def has_body(self) -> bool:
-        return bool(self.of("body"))
-
-    def param(self, name: str) -> Param:
-        return next(param for param in self.params if param.name == name)
-
-
-# --- the result shapes ------------------------------------------------------------
-
-
-def _object(properties: dict[str, Any], *required: str) -> dict[str, Any]:
-    return {"type": "object", "properties": properties, "required": list(required or properties)}
-
-
-_TEXT = {"type": "string"}
-_INT = {"type": "integer"}
-_OPTIONAL_TEXT = {"type": ["string", "null"]}
-_TEXTS = {"type": "array", "items": _TEXT}
-_AGENT = {"agent": _TEXT, "requested": _OPTIONAL_TEXT, "fallback": _OPTIONAL_TEXT}
-ENTRY = _object(
-    {
-        "id": _TEXT,
-        "scope": {"type": "string", "enum": ["core", "archival"]},
-        "ts": _OPTIONAL_TEXT,
-        "content": _TEXT,
-        "line": _TEXT,
-    }
+from oryxmem.signatures import (
+    AGENT,
+    ENTRY,
+    FOUND,
+    INT,
+    MAX_RESULTS,
+    MESSAGES,
+    NUMBERED,
+    OPTIONAL_TEXT,
+    PREFIXES,
+    RECALLED,
+    SAVED,
+    SESSION,
+    TEXT,
+    TEXTS,
+    Operation,
+    Param,
+    object_schema,
 )
-# position 1: the section's first; source: who saved it (its row's source)
-_NUMBERED = _object({**ENTRY["properties"], "position": _INT, "source": _OPTIONAL_TEXT})
-SAVED = _object({**_AGENT, "entry": ENTRY, "deferred": _OPTIONAL_TEXT})
-RECALLED = _object({**_AGENT, "keyword": _TEXT, "strategy": {"type": "string"}, "lines": _TEXTS})
-_ARMS = {"type": "array", "items": {"enum": ["exact", "keyword", "context", "semantic"]}}
-FOUND = _object(
-    {
-        **_AGENT,
-        "query": _TEXT,
-        "mode": _TEXT,
-        "unembedded": _INT,
-        "pending": _object({"words": _INT, "meaning": _INT}),
-        "note": _OPTIONAL_TEXT,
-        "hits": {
-            "type": "array",
-            "items": _object({**ENTRY["properties"], "score": {"type": "number"}, "arms": _ARMS}),
-        },
-    }
-)
-_MESSAGES = {
-    "type": "array",
-    "items": {"type": "object", "properties": {"role": _TEXT, "content": _TEXT}},
-}
-_SESSION = _object(
-    {"id": _TEXT, "agent": _TEXT, "created_at": _TEXT, "updated_at": _TEXT, "message_count": _INT}
-)
+
+__all__ = ["BY_NAME", "MAX_RESULTS", "OPERATIONS", "PREFIXES", "Operation", "Param"]
 
 # --- the arguments shared by several operations -------------------------------------
 
@@ -233,13 +119,13 @@ OPERATIONS: tuple[Operation, ...] = (
         "Every agent with a memory, and how many entries each section holds.",
         result={
             "type": "array",
-            "items": _object(
+            "items": object_schema(
                 {
-                    "agent": _TEXT,
-                    "core": _INT,
-                    "archival": _INT,
-                    "problem": _OPTIONAL_TEXT,
-                    "last_saved": _OPTIONAL_TEXT,
+                    "agent": TEXT,
+                    "core": INT,
+                    "archival": INT,
+                    "problem": OPTIONAL_TEXT,
+                    "last_saved": OPTIONAL_TEXT,
                 },
                 "agent",
                 "core",
@@ -254,12 +140,12 @@ OPERATIONS: tuple[Operation, ...] = (
         "GET",
         "/memory",
         "An agent's memory: its core and archival entries, and the file as text.",
-        result=_object(
+        result=object_schema(
             {
-                **_AGENT,
+                **AGENT,
                 "core": {"type": "array", "items": ENTRY},
                 "archival": {"type": "array", "items": ENTRY},
-                "markdown": _TEXT,
+                "markdown": TEXT,
             }
         ),
         errors=(e.UnsafeAgentNameError, e.MemoryFileConflictedError, e.MemoryFileUnreadableError),
@@ -323,15 +209,15 @@ OPERATIONS: tuple[Operation, ...] = (
                 enum=("newest", "oldest"),
             ),
         ),
-        result=_object(
+        result=object_schema(
             {
-                **_AGENT,
-                "scope": _TEXT,
-                "order": _TEXT,
-                "offset": _INT,
-                "total": _INT,
-                "version": _TEXT,
-                "entries": {"type": "array", "items": _NUMBERED},
+                **AGENT,
+                "scope": TEXT,
+                "order": TEXT,
+                "offset": INT,
+                "total": INT,
+                "version": TEXT,
+                "entries": {"type": "array", "items": NUMBERED},
             }
         ),
         errors=(*_REQUEST_ERRORS, e.MemoryFileConflictedError, e.MemoryFileUnreadableError),
@@ -347,7 +233,7 @@ OPERATIONS: tuple[Operation, ...] = (
         params=(
             Param("ids", "array", "body", "The entries' ids (as GET /memory gives them).", True),
         ),
-        result=_object({**_AGENT, "forgotten": {"type": "array", "items": ENTRY}}),
+        result=object_schema({**AGENT, "forgotten": {"type": "array", "items": ENTRY}}),
         errors=_EDIT_ERRORS,
         per_agent=True,
     ),
@@ -361,7 +247,7 @@ OPERATIONS: tuple[Operation, ...] = (
             Param("id", "string", "body", "The entry's id, as it was read.", True),
             Param("content", "string", "body", "What it says now.", True),
         ),
-        result=_object({**_AGENT, "was": ENTRY, "entry": ENTRY}),
+        result=object_schema({**AGENT, "was": ENTRY, "entry": ENTRY}),
         errors=(*_EDIT_ERRORS, e.EmptyContentError, e.InvalidContentError, e.ContentTooLongError),
         per_agent=True,
     ),
@@ -426,7 +312,7 @@ OPERATIONS: tuple[Operation, ...] = (
         "The memory block an agent is given: core, then archival (with a query, the"
         " entries most relevant to it beside the newest).",
         params=(_SESSION_ARG, _TURNS, _FOR_QUERY),
-        result=_object({**_AGENT, "context": _TEXT, "history": _MESSAGES}, *_AGENT, "context"),
+        result=object_schema({**AGENT, "context": TEXT, "history": MESSAGES}, *AGENT, "context"),
         errors=(*_REQUEST_ERRORS, e.SessionNotFoundError),
         per_agent=True,
         cli="context",
@@ -437,19 +323,19 @@ OPERATIONS: tuple[Operation, ...] = (
         "/prompt",
         "The whole prompt: system, files, memory, history and tools, as one text and as parts.",
         params=(_SESSION_ARG, _TURNS, _FOR_QUERY),
-        result=_object(
+        result=object_schema(
             {
-                **_AGENT,
-                "text": _TEXT,
-                "system": _TEXT,
+                **AGENT,
+                "text": TEXT,
+                "system": TEXT,
                 "files": {
                     "type": "array",
-                    "items": _object({"name": _TEXT, "text": _TEXT}),
+                    "items": object_schema({"name": TEXT, "text": TEXT}),
                 },
-                "memory": _TEXT,
-                "history": _MESSAGES,
+                "memory": TEXT,
+                "history": MESSAGES,
                 "tools": {"type": "array", "items": {"type": "object"}},
-                "notes": _TEXTS,
+                "notes": TEXTS,
             }
         ),
         errors=(*_REQUEST_ERRORS, e.SessionNotFoundError),
@@ -466,19 +352,19 @@ OPERATIONS: tuple[Operation, ...] = (
             _top_k("At most this many rounds.", default=5),
             _query("exclude", "A session to leave out (the current one)."),
         ),
-        result=_object(
+        result=object_schema(
             {
-                **_AGENT,
+                **AGENT,
                 "episodes": {
                     "type": "array",
-                    "items": _object(
+                    "items": object_schema(
                         {
-                            "session": _TEXT,
-                            "round": _INT,
-                            "at": _OPTIONAL_TEXT,
-                            "text": _TEXT,
+                            "session": TEXT,
+                            "round": INT,
+                            "at": OPTIONAL_TEXT,
+                            "text": TEXT,
                             "score": {"type": "number"},
-                            "arms": {"type": "array", "items": _TEXT},
+                            "arms": {"type": "array", "items": TEXT},
                         }
                     ),
                 },
@@ -531,16 +417,16 @@ OPERATIONS: tuple[Operation, ...] = (
         ),
         result={
             "type": "array",
-            "items": _object(
+            "items": object_schema(
                 {
-                    "at": _TEXT,
-                    "agent": _TEXT,
-                    "op": _TEXT,
-                    "source": _TEXT,
-                    "scope": _OPTIONAL_TEXT,
-                    "ts": _OPTIONAL_TEXT,
-                    "content": _OPTIONAL_TEXT,
-                    "detail": _OPTIONAL_TEXT,
+                    "at": TEXT,
+                    "agent": TEXT,
+                    "op": TEXT,
+                    "source": TEXT,
+                    "scope": OPTIONAL_TEXT,
+                    "ts": OPTIONAL_TEXT,
+                    "content": OPTIONAL_TEXT,
+                    "detail": OPTIONAL_TEXT,
                 }
             ),
         },
@@ -552,7 +438,7 @@ OPERATIONS: tuple[Operation, ...] = (
         "GET",
         "/api/v1/tools",
         "The agent tools' schemas: plain JSON Schema, and the OpenAI and Anthropic shapes.",
-        result=_object(
+        result=object_schema(
             {
                 "tools": {"type": "array"},
                 "openai": {"type": "array"},
@@ -621,7 +507,7 @@ OPERATIONS: tuple[Operation, ...] = (
         "/api/v1/sessions",
         "Open a session: the messages of one conversation, kept for history and episodes.",
         params=(Param("agent", "string", "body", "The agent the session belongs to."),),
-        result=_SESSION,
+        result=SESSION,
         errors=_REQUEST_ERRORS,
     ),
     Operation(
@@ -641,7 +527,7 @@ OPERATIONS: tuple[Operation, ...] = (
                 maximum=1000,
             ),
         ),
-        result={"type": "array", "items": _SESSION},
+        result={"type": "array", "items": SESSION},
         errors=_REQUEST_ERRORS,
     ),
     Operation(
@@ -654,7 +540,7 @@ OPERATIONS: tuple[Operation, ...] = (
             Param("role", "string", "body", "user, assistant, system or tool.", True),
             Param("content", "string", "body", "The message.", True),
         ),
-        result=_object({"session": _TEXT, "messages": _INT}),
+        result=object_schema({"session": TEXT, "messages": INT}),
         errors=(*_REQUEST_ERRORS, e.SessionNotFoundError, e.InvalidRoleError),
     ),
     Operation(
@@ -663,7 +549,7 @@ OPERATIONS: tuple[Operation, ...] = (
         "/api/v1/sessions/{session}/history",
         "A session's messages, oldest first.",
         params=(Param("session", "string", "path", "The session.", True), _TURNS),
-        result=_object({"session": _TEXT, "messages": _MESSAGES}),
+        result=object_schema({"session": TEXT, "messages": MESSAGES}),
         errors=(*_REQUEST_ERRORS, e.SessionNotFoundError),
     ),
 )

@@ -365,16 +365,10 @@ class MarkdownMemoryStore(LongTermMemoryStore):
         if not (additions or removals or replacements):
             return added
         key = cached.key
-        # Someone else wrote it last (an editor, git)? One that truncated it and is writing
-        # it again in pieces is at work still: a rename now would leave it writing into
-        # the replaced inode, an append would be written over. So: once it is quiet.
-        if self._left_by_others(key):
-            now = time.monotonic()
-            if self._waiting_since is None or now - self._waiting_since > 10 * QUIET_PATIENCE:
-                self._waiting_since = now  # a new spell: the patience is for all its retries
-            patience = self._waiting_since + QUIET_PATIENCE - now
-            if patience > 0 and wait_until_quiet(self.path, QUIET_SECONDS, patience) != key:
-                raise ConcurrentChange(self.path)  # it moved: read and plan again
+        if self._left_by_others(key):  # an editor, git: write once it is quiet
+            self._waiting_since, moved = wait_for_writer(self.path, key, self._waiting_since)
+            if moved:
+                raise ConcurrentChange(self.path)  # read and plan again
         in_place = key and not (removals or replacements)
         tail = append_at_end(cached.doc, additions) if in_place else None
         if key is None or tail is None:
@@ -409,11 +403,8 @@ class MarkdownMemoryStore(LongTermMemoryStore):
     ) -> None:
         if cached.key is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            base = parse(new_file_text())
-        else:
-            base = cached.doc
-        text = apply_edits(base, additions, removals, replacements)
-        self._replace_locked(cached, text, base)
+        base = parse(new_file_text()) if cached.key is None else cached.doc
+        self._replace_locked(cached, apply_edits(base, additions, removals, replacements), base)
 
     def _replace_locked(self, cached: _Cached, text: str, base: MemoryDocument) -> None:
         """Replace the file as read (``cached``) by text planned on ``base``."""
@@ -512,6 +503,20 @@ class MarkdownMemoryStore(LongTermMemoryStore):
             if not self.path.parent.is_dir():
                 return []
             return remove_stale_temp_files(self.path.parent, self.path.name)
+
+
+def wait_for_writer(path: Path, key: FileStat | None, since: float | None) -> tuple[float, bool]:
+    """Wait for whoever wrote the file last (an editor, git) to be done: one that truncated
+    it and is writing it again in pieces is at work still, and a rename now would leave it
+    writing into the replaced inode, an append would be written over. Gives when this
+    spell of waiting began (its patience is for all of the spell's retries) and whether
+    the file moved meanwhile."""
+    now = time.monotonic()
+    if since is None or now - since > 10 * QUIET_PATIENCE:
+        since = now  # a new spell
+    patience = since + QUIET_PATIENCE - now
+    moved = patience > 0 and wait_until_quiet(path, QUIET_SECONDS, patience) != key
+    return since, moved
 
 
 class MarkdownFiles:
