@@ -6,8 +6,8 @@ machine's disk come with their ratio to a floor measured in the same run: one
 fsync'd atomic replace of a small file, and one SQLite commit (WAL, FULL).
 
 Run: python -m bench [--runs 3] [--quick]
-                    [--only store,sync,socket,lock,search,recall,agents,cold,context,episodes,
-                            digest,mem0]
+                    [--only store,sync,socket,lock,search,recall,agents,cold,console,context,
+                            episodes,digest,mem0]
                     [--json | --markdown]
 """
 
@@ -22,6 +22,7 @@ import time
 from bench import (
     agents_bench,
     cold_bench,
+    console_bench,
     context_quality,
     digest_bench,
     episodes_quality,
@@ -44,6 +45,7 @@ BENCHMARKS = {
     "recall": recall_quality,
     "agents": agents_bench,
     "cold": cold_bench,
+    "console": console_bench,
     "context": context_quality,
     "episodes": episodes_quality,
     "digest": digest_bench,
@@ -74,6 +76,8 @@ QUICK = [
     "5",
     "--lock-hold",
     "3",
+    "--console-entries",
+    "10000",
 ]
 
 

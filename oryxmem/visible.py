@@ -4,7 +4,7 @@ terminal, bidirectional marks that make a line read backwards) as visible escape
 
 from __future__ import annotations
 
-import unicodedata
+import re
 
 from oryxmem.store.format import escape_content
 
@@ -12,19 +12,20 @@ from oryxmem.store.format import escape_content
 BIDI_CONTROLS = frozenset(
     "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
 )
+# What is revealed: the C0 controls but the tab, DEL and the C1 controls (Unicode's Cc),
+# and the bidirectional marks. A line without any (nearly all) is given back as it is.
+_HIDDEN = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f" + "".join(sorted(BIDI_CONTROLS)) + "]")
+
+
+def _reveal(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\u{code:04x}" if code > 0xFF else f"\\x{code:02x}"
 
 
 def revealed(line: str) -> str:
     """One line as it may be shown: C0 and C1 controls and DEL as \\xNN (ESC, BEL, CSI and
     OSC could retitle or clear a terminal), bidirectional marks as \\uNNNN."""
-    return "".join(
-        f"\\x{ord(ch):02x}"
-        if unicodedata.category(ch) == "Cc" and ch != "\t"
-        else f"\\u{ord(ch):04x}"
-        if ch in BIDI_CONTROLS
-        else ch
-        for ch in line
-    )
+    return _HIDDEN.sub(_reveal, line)
 
 
 def revealed_text(text: str) -> str:

@@ -8,6 +8,7 @@ nothing was changed."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import urllib.parse
@@ -26,6 +27,7 @@ from oryxmem.workspace import agent_name_problem
 log = logging.getLogger("oryxmem.console")
 
 PAGE_SIZE = 100
+HITS = 20  # a search shows the best this many
 MEMORY = web.AppKey("memory", ConsoleMemory)
 WORKSPACE = web.AppKey("workspace", str)
 routes = web.RouteTableDef()
@@ -57,8 +59,7 @@ TEMPLATES.globals["page_size"] = PAGE_SIZE
 async def render(
     request: web.Request, template: str, status: int = 200, **values: Any
 ) -> web.Response:
-    memory = request.app[MEMORY]
-    read_only = not await memory.run(lambda m: m.live())
+    read_only = not request.app[MEMORY].daemon_answered  # as the page's data came
     html = TEMPLATES.get_template(template).render(
         workspace=request.app[WORKSPACE],
         read_only=read_only,
@@ -141,12 +142,13 @@ async def agent_page(request: web.Request) -> web.Response:
     query = request.query
     agent, q = agent_arg(query), text_arg(query, "q")
 
-    def gather(memory: ConsoleMemory) -> dict[str, Any]:
-        view = _memory_view(memory, agent, query)
-        view["found"] = memory.search(agent, q, PAGE_SIZE) if q else None
-        return view
-
-    view = await request.app[MEMORY].run(gather)
+    memory = request.app[MEMORY]
+    tables = memory.run(lambda m: _memory_view(m, agent, query))
+    if q:  # the search and the tables, asked together
+        view, found = await asyncio.gather(tables, memory.run(lambda m: m.search(agent, q, HITS)))
+        view["found"] = found
+    else:
+        view = {**await tables, "found": None}
     fragment = _fragment_query(agent, query)
     return await render(
         request,
@@ -170,7 +172,7 @@ async def agent_rows(request: web.Request) -> web.Response:
     view = await request.app[MEMORY].run(lambda m: _memory_view(m, agent, query))
     html = TEMPLATES.get_template("rows.html").render(
         agent=agent or "",
-        read_only=not await request.app[MEMORY].run(lambda m: m.live()),
+        read_only=not request.app[MEMORY].daemon_answered,
         csrf=request.app[GUARD].csrf,
         here=_here(agent, query),
         **view,
