@@ -4,7 +4,11 @@ what is not there any more changes nothing."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
+from support.daemon import daemon
 from support.sync import disagreements, sql
 
 from oryxmem.errors import (
@@ -138,3 +142,53 @@ def test_a_file_with_conflict_markers_is_not_edited(
     with pytest.raises(MemoryFileConflictedError):
         service.edit("coder", [entry])
     assert path.read_bytes() == before
+
+
+def test_a_page_counts_from_the_newest_or_the_oldest_and_names_each_entrys_source(
+    service: MemoryService,
+) -> None:
+    for number in range(1, 8):
+        service.save("coder", f"note {number}", source="cli")
+    newest = service.page("coder", "archival", 2, 3, newest=True)
+    assert newest.total == 7
+    assert [(at, e.content) for at, e, _ in newest.entries] == [
+        (5, "note 5"),
+        (4, "note 4"),
+        (3, "note 3"),
+    ]
+    oldest = service.page("coder", "archival", 5, 3, newest=False)
+    assert [(at, e.content, source) for at, e, source in oldest.entries] == [
+        (6, "note 6", "cli"),
+        (7, "note 7", "cli"),
+    ]
+    assert service.page("coder", "archival", 50, 3, newest=True).entries == []
+    before = service.page("coder", "core", 0, 1, newest=True).version
+    service.save("coder", "a fact", "core")
+    assert service.page("coder", "core", 0, 1, newest=True).version != before
+
+
+def test_forget_and_edit_over_the_socket_answer_a_stale_id_with_409_and_change_nothing(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    with daemon(workspace, tmp_path / "daemon.log") as running:
+        url = "http://x/api/v1/agents/coder/memory"
+        status, saved = running.curl("-d", '{"content": "Lives in Oslo.", "scope": "core"}', url)
+        entry = saved["data"]["entry"]["id"]
+        body = json.dumps({"id": entry, "content": "Lives in Bergen."})
+        status, edited = running.curl("-H", "X-OryxOS-Source: console", "-d", body, url + "/edit")
+        assert status == 200 and edited["data"]["was"]["content"] == "Lives in Oslo."
+        before = workspace.memory_path("coder").read_bytes()
+        for path, stale in (("/edit", body), ("/forget", json.dumps({"ids": [entry]}))):
+            status, refused = running.curl("-d", stale, url + path)
+            assert (status, refused["code"]) == (409, 1022), refused
+            assert refused["data"] == {"missing": [entry]}
+        assert workspace.memory_path("coder").read_bytes() == before
+        status, bad = running.curl("-d", '{"ids": "not a list"}', url + "/forget")
+        assert (status, bad["code"]) == (400, 1002)
+        now = edited["data"]["entry"]["id"]
+        status, gone = running.curl("-d", json.dumps({"ids": [now]}), url + "/forget")
+        assert status == 200 and gone["data"]["forgotten"][0]["content"] == "Lives in Bergen."
+        status, page = running.curl(url + "/entries?scope=core")
+        assert page["data"]["total"] == 0
+        sources = sql(workspace, "SELECT op, source FROM memory_history ORDER BY id").split()
+        assert sources == ["add|socket", "remove|console", "add|console", "remove|socket"]
