@@ -84,8 +84,14 @@ def console(ctx: Context, port: int, no_browser: bool) -> None:
     """Serve the console (every agent's memory in a browser) on 127.0.0.1 until Ctrl-C.
 
     The first line printed is the link to open: it signs that browser in."""
-    from oryxmem.console.app import run_console
+    from oryxmem.console.app import bound_socket, run_console
 
+    try:
+        bound_socket(port).close()  # a port in use is one clear line, before anything
+    except OSError as error:
+        raise click.ClickException(
+            f"cannot serve the console on 127.0.0.1:{port}: {error.strerror}"
+        ) from None
     run_console(ctx.root, port, not no_browser)
 
 

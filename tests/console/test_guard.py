@@ -5,7 +5,10 @@ and memory text that stays text."""
 from __future__ import annotations
 
 import hashlib
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -163,3 +166,18 @@ def test_a_bad_argument_gets_a_clear_page_and_the_console_keeps_serving(
     assert running.request("GET", "/agent?name=coder&aoff=many").status == 400
     assert running.request("GET", "/session?id=nope").status == 404
     wait_until(lambda: running.request("GET", "/").status == 200)
+
+
+def test_a_port_in_use_is_one_clear_line(running: RunningConsole, served: Served) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "oryxmem", "console", "--no-browser", "--port", str(running.port)],
+        env={**os.environ, **served.env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.strip().splitlines() == [
+        f"oryxmem: error: cannot serve the console on 127.0.0.1:{running.port}:"
+        " Address already in use"
+    ]
