@@ -311,6 +311,10 @@ class Client:
         )
         return dict(page)
 
+    def entry(self, agent: str | None, id: str) -> dict[str, Any]:
+        """The entry ``id`` as the file has it now; refused (1022) when it is gone."""
+        return dict(self.call("entry", agent=agent, id=id))
+
     def forget(self, agent: str | None, ids: list[str]) -> dict[str, Any]:
         """Take these entries out (by id); nothing changes if any is not there any more."""
         return dict(self.call("forget", agent=agent, ids=ids))

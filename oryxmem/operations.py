@@ -224,6 +224,17 @@ OPERATIONS: tuple[Operation, ...] = (
         per_agent=True,
     ),
     Operation(
+        "entry",
+        "GET",
+        "/memory/entries/{id}",
+        "One entry, by id, as the file has it now (its position and source too); 1022"
+        " when it is not there any more.",
+        params=(Param("id", "string", "path", "The entry's id, as it was read.", True),),
+        result=object_schema({**AGENT, "entry": NUMBERED}),
+        errors=(*_REQUEST_ERRORS, e.EntryNotFoundError, e.MemoryFileConflictedError),
+        per_agent=True,
+    ),
+    Operation(
         "forget",
         "POST",
         "/memory/forget",

@@ -17,7 +17,7 @@ if TYPE_CHECKING:  # the CLI's daemon path imports this module, and never the se
         SaveResult,
         SearchResult,
     )
-    from oryxmem.service.results import Page
+    from oryxmem.service.results import Page, Placed
     from oryxmem.store.sessions import SessionInfo
     from oryxmem.sync.edits import Edited
 
@@ -85,11 +85,17 @@ def page_data(page: Page, order: str) -> dict[str, Any]:
         "offset": page.offset,
         "total": page.total,
         "version": page.version,
-        "entries": [
-            {**entry_data(entry), "position": at, "source": source}
-            for at, entry, source in page.entries
-        ],
+        "entries": [placed_data(placed) for placed in page.entries],
     }
+
+
+def placed_data(placed: Placed) -> dict[str, Any]:
+    at, entry, source = placed
+    return {**entry_data(entry), "position": at, "source": source}
+
+
+def found_entry_data(ref: AgentRef, placed: Placed) -> dict[str, Any]:
+    return {**agent_data(ref), "entry": placed_data(placed)}
 
 
 def forgotten_data(edited: Edited, ref: AgentRef) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from oryxmem.payloads import (
     agents_data,
     context_data,
     episodes_data,
+    found_entry_data,
     page_data,
     prompt_data,
     search_data,
@@ -96,6 +97,14 @@ class ConsoleMemory:
             lambda c: c.entries(agent, scope, offset, limit, order),
             lambda s: page_data(s.page(agent, scope, offset, limit, order == "newest"), order),
         )
+
+    def entry(self, agent: str | None, entry_id: str) -> dict[str, Any]:
+        """The entry with this id as the file has it now (EntryNotFoundError: gone)."""
+        found = self._ask(
+            lambda c: c.entry(agent, entry_id),
+            lambda s: found_entry_data(*s.find(agent, entry_id)),
+        )
+        return dict(found["entry"])
 
     def search(self, agent: str | None, query: str, limit: int) -> dict[str, Any]:
         return self._ask(

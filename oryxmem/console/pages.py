@@ -121,20 +121,23 @@ def _memory_view(
     return {"core": core, "archival": archival, "version": archival["version"]}
 
 
+TABLE_ARGS = ("coff", "aoff", "order")  # where each table's page starts, and its order
+
+
+def _page_query(
+    agent: str | None, query: Mapping[str, str], keys: tuple[str, ...]
+) -> dict[str, str]:
+    return {"name": agent or "", **{k: query[k] for k in keys if query.get(k)}}
+
+
 def _here(agent: str | None, query: Mapping[str, str]) -> Callable[..., str]:
     """A link to this agent page with some of its arguments changed."""
 
     def link(**changed: Any) -> str:
-        kept = {k: query[k] for k in ("q", "coff", "aoff", "order") if query.get(k)}
-        merged = {"name": agent or "", **kept, **{k: str(v) for k, v in changed.items()}}
-        return "/agent?" + urllib.parse.urlencode(merged)
+        merged = {**_page_query(agent, query, ("q", *TABLE_ARGS)), **changed}
+        return "/agent?" + urllib.parse.urlencode({k: str(v) for k, v in merged.items()})
 
     return link
-
-
-def _fragment_query(agent: str | None, query: Mapping[str, str]) -> str:
-    kept = {k: query[k] for k in ("coff", "aoff", "order") if query.get(k)}
-    return urllib.parse.urlencode({"name": agent or "", **kept})
 
 
 @routes.get("/agent")
@@ -149,7 +152,7 @@ async def agent_page(request: web.Request) -> web.Response:
         view["found"] = found
     else:
         view = {**await tables, "found": None}
-    fragment = _fragment_query(agent, query)
+    fragment = urllib.parse.urlencode(_page_query(agent, query, TABLE_ARGS))
     return await render(
         request,
         "agent.html",
@@ -170,15 +173,11 @@ async def agent_rows(request: web.Request) -> web.Response:
     query = request.query
     agent = agent_arg(query)
     view = await request.app[MEMORY].run(lambda m: _memory_view(m, agent, query))
-    html = TEMPLATES.get_template("rows.html").render(
-        agent=agent or "",
-        read_only=not request.app[MEMORY].daemon_answered,
-        csrf=request.app[GUARD].csrf,
-        here=_here(agent, query),
-        **view,
+    response = await render(
+        request, "rows.html", agent=agent or "", here=_here(agent, query), **view
     )
-    headers = {"X-Memory-Version": view["version"]}
-    return web.Response(text=html, content_type="text/html", charset="utf-8", headers=headers)
+    response.headers["X-Memory-Version"] = view["version"]
+    return response
 
 
 @routes.get("/live")
@@ -343,7 +342,7 @@ async def forget(request: web.Request) -> web.Response:
     form = await _form(request)
     agent, entry_id = agent_arg(form), form.get("id", "")
     if form.get("confirmed") != "1":  # the confirmation, as a page (console.js asks first)
-        entry = await request.app[MEMORY].run(lambda m: find_entry(m, agent, entry_id))
+        entry = await request.app[MEMORY].run(lambda m: m.entry(agent, entry_id))
         return await render(request, "forget.html", title="Forget", agent=agent or "", entry=entry)
     await request.app[MEMORY].run(lambda m: m.forget(agent, entry_id))
     return _back(agent, "forgotten")
@@ -352,7 +351,7 @@ async def forget(request: web.Request) -> web.Response:
 @routes.get("/agent/edit")
 async def edit_form(request: web.Request) -> web.Response:
     agent, entry_id = agent_arg(request.query), request.query.get("id", "")
-    entry = await request.app[MEMORY].run(lambda m: find_entry(m, agent, entry_id))
+    entry = await request.app[MEMORY].run(lambda m: m.entry(agent, entry_id))
     return await render(request, "edit.html", title="Edit", agent=agent or "", entry=entry)
 
 
@@ -362,23 +361,6 @@ async def edit(request: web.Request) -> web.Response:
     agent, entry_id, content = agent_arg(form), form.get("id", ""), form.get("content", "")
     await request.app[MEMORY].run(lambda m: m.edit(agent, entry_id, content))
     return _back(agent, "edited")
-
-
-def find_entry(memory: ConsoleMemory, agent: str | None, entry_id: str) -> dict[str, Any]:
-    """The entry with this id as the file has it now."""
-    for scope in ("core", "archival"):
-        offset = 0
-        while True:
-            page = memory.page(agent, scope, offset, 1000, "oldest")
-            for entry in page["entries"]:
-                if entry["id"] == entry_id:
-                    return dict(entry)
-            offset += 1000
-            if offset >= page["total"]:
-                break
-    raise EntryNotFoundError(
-        f"no entry {entry_id} in MEMORY.md: it changed or went since the page was read"
-    )
 
 
 # --- errors -------------------------------------------------------------------------

@@ -48,6 +48,7 @@ from oryxmem.payloads import (
     edited_data,
     episodes_data,
     forgotten_data,
+    found_entry_data,
     memory_data,
     page_data,
     prompt_data,
@@ -320,6 +321,12 @@ async def entries(request: web.Request, args: Args) -> Any:
         return page_data(service.page(ref.agent, scope, offset, limit, order == "newest"), order)
 
     return await run_for(request, ref, page)
+
+
+@handles("entry")
+async def entry(request: web.Request, args: Args) -> Any:
+    ref = path_agent(request)
+    return await run_for(request, ref, lambda s: found_entry_data(*s.find(ref.agent, args["id"])))
 
 
 @handles("forget")

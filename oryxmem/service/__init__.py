@@ -27,6 +27,7 @@ from oryxmem.service.results import (
     AgentSummary,
     MemoryView,
     Page,
+    Placed,
     RecallResult,
     SaveResult,
     SearchHit,
@@ -342,6 +343,9 @@ class MemoryService:
 
     def page(self, agent: str | None, scope: str, offset: int, limit: int, newest: bool) -> Page:
         return self.reading.page(agent, scope, offset, limit, newest)
+
+    def find(self, agent: str | None, entry_id: str) -> tuple[AgentRef, Placed]:
+        return self.reading.find(agent, entry_id)
 
     def agents(self) -> list[AgentSummary]:
         return self.reading.agents()

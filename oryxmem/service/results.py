@@ -54,16 +54,20 @@ class MemoryView:
     markdown: str
 
 
+# An entry where it is: its position in its section (1: the first), and the source its
+# row names (who saved it: cli, socket, file, ...; None: no row yet).
+Placed = tuple[int, Entry, str | None]
+
+
 @dataclass(frozen=True)
 class Page:
-    """A page of one section: each entry with its position (1: the section's first) and
-    the source its row names (who saved it: cli, socket, file, ...; None: no row yet)."""
+    """A page of one section, each entry placed."""
 
     agent: AgentRef
     scope: str
     offset: int
     total: int
-    entries: list[tuple[int, Entry, str | None]]
+    entries: list[Placed]
     version: str  # the file's stat: another when the file is written
 
 

@@ -55,10 +55,11 @@ def edit_entries(
     ``replacements`` names with its new content (same section, same time, same place).
     Raises EntryNotFoundError, naming the ids, when any is not in the file."""
     store = engine.files.get(agent)
+    texts = _checked(replacements, engine.config.max_content_chars)  # before any lock
 
     def attempt() -> Edited:
         engine.reconcile_agent(agent)  # both sides agree first: what others wrote is in
-        return _edit_once(engine, agent, store, removals, replacements, source)
+        return _edit_once(engine, agent, store, removals, texts, source)
 
     try:
         return retry_on_change(RECONCILE_ATTEMPTS, attempt)
@@ -88,10 +89,9 @@ def _edit_once(
             state = rows.read_state(db, agent)
             if state is None or not rows.is_current(db, state, key):
                 raise ConcurrentChange(store.path)  # others wrote since: agree, plan again
-            limit = engine.config.max_content_chars
             new = {
                 entry_id: NewEntry(by_id[entry_id].scope, by_id[entry_id].ts, text)
-                for entry_id, text in _checked(replacements, limit).items()
+                for entry_id, text in replacements.items()
             }
             store.edit_locked((), removals, based_on=key, replacements=new)
             after, after_key = store.current_locked()

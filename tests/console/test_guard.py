@@ -16,6 +16,7 @@ from support.console import RunningConsole, Served, clone_in, console
 from support.daemon import daemon
 from support.sync import sql, wait_until
 
+from oryxmem.client import Client
 from oryxmem.console.app import STATIC
 from oryxmem.workspace import Workspace
 
@@ -181,3 +182,22 @@ def test_a_port_in_use_is_one_clear_line(running: RunningConsole, served: Served
         f"oryxmem: error: cannot serve the console on 127.0.0.1:{running.port}:"
         " Address already in use"
     ]
+
+
+def test_without_javascript_a_forget_asks_on_a_page_of_its_own_first(
+    running: RunningConsole, served: Served
+) -> None:
+    running.sign_in()
+    with Client(Path(served.env["ORYXMEM_SOCKET"]), 30.0) as memory:
+        entry = memory.save("coder", "Forget me after asking.")["entry"]["id"]
+    path = served.workspace.memory_path("coder")
+    form = {"name": "coder", "id": entry}
+    asked = running.post("/agent/forget", form)
+    assert asked.status == 200 and "Forget this entry of coder?" in asked.body
+    assert "Forget me after asking." in asked.body and 'name="confirmed"' in asked.body
+    assert "Forget me after asking." in path.read_text(encoding="utf-8")
+    done = running.post("/agent/forget", {**form, "confirmed": "1"})
+    assert done.status == 303 and done.headers["location"] == "/agent?name=coder&done=forgotten"
+    assert "Forget me after asking." not in path.read_text(encoding="utf-8")
+    again = running.post("/agent/forget", form)  # the page is stale now: a clear conflict
+    assert again.status == 409 and "Nothing was overwritten" in again.body

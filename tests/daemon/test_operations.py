@@ -35,6 +35,7 @@ CLIENT_METHODS = {
     "agents": "agents",
     "memory": "memory",
     "entries": "entries",
+    "entry": "entry",
     "forget": "forget",
     "edit": "edit",
     "sessions": "sessions",
@@ -129,9 +130,11 @@ def test_every_operation_answers_with_the_shape_the_table_says(running: RunningD
 
         def by_entry(operation: Operation, agent: str | None) -> dict[str, Any]:
             """The arguments; an edit and a forget name the agent's first core entry."""
-            if operation.name not in ("edit", "forget"):
+            if operation.name not in ("entry", "edit", "forget"):
                 return arguments.get(operation.name, {})
             entry = client.entries(agent, "core", order="oldest")["entries"][0]["id"]
+            if operation.name == "entry":
+                return {"id": entry}
             if operation.name == "edit":
                 return {"id": entry, "content": "The user drinks green tea, no sugar."}
             return {"ids": [entry]}

@@ -162,6 +162,12 @@ def test_a_page_counts_from_the_newest_or_the_oldest_and_names_each_entrys_sourc
         (7, "note 7", "cli"),
     ]
     assert service.page("coder", "archival", 50, 3, newest=True).entries == []
+    _, (at, entry, source) = service.find("coder", oldest.entries[0][1].entry_id)
+    assert (at, entry.content, source) == (6, "note 6", "cli")
+    (summary,) = [a for a in service.agents() if a.name == "coder"]
+    assert (
+        summary.last_saved == service.page("coder", "archival", 0, 1, newest=True).entries[0][1].ts
+    )
     before = service.page("coder", "core", 0, 1, newest=True).version
     service.save("coder", "a fact", "core")
     assert service.page("coder", "core", 0, 1, newest=True).version != before
@@ -177,6 +183,10 @@ def test_forget_and_edit_over_the_socket_answer_a_stale_id_with_409_and_change_n
         body = json.dumps({"id": entry, "content": "Lives in Bergen."})
         status, edited = running.curl("-H", "X-OryxOS-Source: console", "-d", body, url + "/edit")
         assert status == 200 and edited["data"]["was"]["content"] == "Lives in Oslo."
+        status, found = running.curl(f"{url}/entries/{edited['data']['entry']['id']}")
+        assert status == 200 and found["data"]["entry"]["content"] == "Lives in Bergen."
+        status, gone_entry = running.curl(f"{url}/entries/{entry}")
+        assert (status, gone_entry["code"]) == (409, 1022)
         before = workspace.memory_path("coder").read_bytes()
         for path, stale in (("/edit", body), ("/forget", json.dumps({"ids": [entry]}))):
             status, refused = running.curl("-d", stale, url + path)
