@@ -7,7 +7,7 @@ fsync'd atomic replace of a small file, and one SQLite commit (WAL, FULL).
 
 Run: python -m bench [--runs 3] [--quick]
                     [--only store,sync,socket,lock,search,recall,agents,cold,console,context,
-                            episodes,digest,mem0]
+                            episodes,digest,mem0,git]
                     [--json | --markdown]
 """
 
@@ -26,6 +26,7 @@ from bench import (
     context_quality,
     digest_bench,
     episodes_quality,
+    git_bench,
     lock_bench,
     mem0_bench,
     recall_quality,
@@ -50,6 +51,7 @@ BENCHMARKS = {
     "episodes": episodes_quality,
     "digest": digest_bench,
     "mem0": mem0_bench,
+    "git": git_bench,
 }
 # Smaller sizes for a check that the benchmarks run (minutes, not tens of minutes);
 # the goals were set for the full sizes.
@@ -78,6 +80,10 @@ QUICK = [
     "3",
     "--console-entries",
     "10000",
+    "--git-entries",
+    "10000",
+    "--git-rounds",
+    "3",
 ]
 
 

@@ -315,9 +315,10 @@ class Client:
         """The entry ``id`` as the file has it now; refused (1022) when it is gone."""
         return dict(self.call("entry", agent=agent, id=id))
 
-    def forget(self, agent: str | None, ids: list[str]) -> dict[str, Any]:
-        """Take these entries out (by id); nothing changes if any is not there any more."""
-        return dict(self.call("forget", agent=agent, ids=ids))
+    def forget(self, agent: str | None, ids: list[str], purge: bool = False) -> dict[str, Any]:
+        """Take these entries out (by id); nothing changes if any is not there any more.
+        With ``purge`` history keeps that they went, not what they said."""
+        return dict(self.call("forget", agent=agent, ids=ids, purge=purge))
 
     def edit(self, agent: str | None, id: str, content: str) -> dict[str, Any]:
         """Write entry ``id`` anew with this content, in its place; refused if it changed."""

@@ -74,6 +74,14 @@ SETTINGS: tuple[Setting, ...] = (
         one_of("local", "UTC"),
     ),
     Setting(
+        "memory.secrets",
+        "refuse",
+        str,
+        "content that looks like a credential (found by detect-secrets): refuse the save,"
+        " redact the secret (replaced by a marker), or allow it",
+        one_of("refuse", "redact", "allow"),
+    ),
+    Setting(
         "memory.recall",
         "hybrid",
         str,
@@ -209,6 +217,33 @@ SETTINGS: tuple[Setting, ...] = (
         restart=True,
     ),
     Setting(
+        "mcp.allow_forget",
+        False,
+        bool,
+        "offer agents the forget_memory tool over MCP (it takes entries out for good)",
+    ),
+    Setting(
+        "sync.git.remote",
+        "",
+        str,
+        "the git remote (a name or a URL) the daemon commits, pulls and pushes memory"
+        " through; empty: no git sync",
+        restart=True,
+    ),
+    Setting(
+        "sync.git.interval_seconds",
+        30,
+        int,
+        "seconds between the daemon's git sync passes (commit, fetch, merge, push)",
+        positive,
+    ),
+    Setting(
+        "sync.git.branch",
+        "",
+        str,
+        "the branch git sync pulls and pushes; empty: the one checked out",
+    ),
+    Setting(
         "sync.stale_buffer_seconds",
         600,
         int,
@@ -309,6 +344,17 @@ def parse_value(key: str, text: str) -> Any:
     return _check_value(item, value)
 
 
+def _flat(prefix: str, table: dict[str, Any]) -> list[tuple[str, Any]]:
+    """Dotted keys of a table: ``[sync.git] remote`` and ``[sync] "git.remote"`` alike."""
+    found = []
+    for name, value in table.items():
+        if isinstance(value, dict):
+            found += _flat(f"{prefix}.{name}", value)
+        else:
+            found.append((f"{prefix}.{name}", value))
+    return found
+
+
 class Config:
     """The settings of one workspace; missing keys take their defaults."""
 
@@ -329,8 +375,7 @@ class Config:
         for section, table in doc.items():
             if not isinstance(table, dict):
                 raise InvalidConfigError(f"{path}: {section!r} must be a [table]")
-            for name, value in table.items():
-                key = f"{section}.{name}"
+            for key, value in _flat(section, table):
                 values[key] = _check_value(setting(key), value)
         return cls(path, values)
 

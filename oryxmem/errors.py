@@ -130,6 +130,14 @@ class EntryNotFoundError(OryxError, code=1022, http_status=409):
     """The entry is not in MEMORY.md (any more): it changed or went since it was read."""
 
 
+class SecretRefusedError(OryxError, code=1023, http_status=422):
+    """The content looks like a credential (memory.secrets = refuse): nothing was written."""
+
+
+class NotARepositoryError(OryxError, code=1024, http_status=409):
+    """The workspace is not in a git repository, or git is not installed."""
+
+
 class MemoryFileConflictedError(OryxError, code=2001, http_status=409):
     """MEMORY.md holds git conflict markers."""
 

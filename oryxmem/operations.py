@@ -239,10 +239,17 @@ OPERATIONS: tuple[Operation, ...] = (
         "POST",
         "/memory/forget",
         "Take entries out of an agent's memory by id: out of MEMORY.md, the rows and every"
-        " index (history keeps that they went, and who asked). Refused, nothing changed,"
-        " when any of them is not in the file any more.",
+        " index, with a tombstone so that no git merge brings them back (history keeps that"
+        " they went, and who asked). Refused, nothing changed, when any of them is not in"
+        " the file any more.",
         params=(
             Param("ids", "array", "body", "The entries' ids (as GET /memory gives them).", True),
+            Param(
+                "purge",
+                "boolean",
+                "body",
+                "Also take their text out of history (which keeps only that they went).",
+            ),
         ),
         result=object_schema({**AGENT, "forgotten": {"type": "array", "items": ENTRY}}),
         errors=_EDIT_ERRORS,

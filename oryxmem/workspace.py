@@ -33,11 +33,6 @@ SUN_PATH_MAX = 107  # sockaddr_un.sun_path holds 108 bytes, one of them the fina
 GITIGNORE_TEXT = (
     "# Written by oryxmem init: derived and runtime files.\noryxos.db*\nrun/\nmem0/\n*.tmp\n"
 )
-GITATTRIBUTES_TEXT = (
-    "# Written by oryxmem init --git: concurrent appends to memory merge cleanly.\n"
-    "agents/*/MEMORY.md merge=union\n"
-    "memory/MEMORY.md merge=union\n"
-)
 
 
 @dataclass(frozen=True)
@@ -88,6 +83,10 @@ class Workspace:
 
     def memory_path(self, agent: str) -> Path:
         return self.memory_dir(agent) / MEMORY_FILE
+
+    def tombstones_path(self, agent: str) -> Path:
+        """What was removed from an agent's MEMORY.md (store/tombstones.py); tracked."""
+        return self.memory_dir(agent) / "TOMBSTONES"
 
     def lock_path(self, agent: str) -> Path:
         """The lock (and append journal) of an agent's file; run/ is git-ignored."""
@@ -249,7 +248,7 @@ def resolve_agent(workspace: Workspace, requested: str | None) -> AgentRef:
     return AgentRef(requested, requested)
 
 
-def init_workspace(root: Path, *, git: bool = False, config_text: str) -> list[Path]:
+def init_workspace(root: Path, *, config_text: str) -> list[Path]:
     """Create the workspace skeleton; never overwrite what a user already has."""
     workspace = Workspace(root.resolve())
     created: list[Path] = []
@@ -261,8 +260,6 @@ def init_workspace(root: Path, *, git: bool = False, config_text: str) -> list[P
         workspace.config_path: config_text,
         workspace.os_dir / ".gitignore": GITIGNORE_TEXT,
     }
-    if git:
-        files[workspace.os_dir / ".gitattributes"] = GITATTRIBUTES_TEXT
     for path, text in files.items():
         if not path.exists():
             path.write_text(text, encoding="utf-8")

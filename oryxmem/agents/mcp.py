@@ -119,6 +119,29 @@ class MemoryTools:
         verb = "Kept for" if data.get("deferred") else "Saved to"
         return f"{verb} {self.where(data)} ({scope}): {data['entry']['line']}"
 
+    def forget_memory(self, memory: str) -> str:
+        """Forget every entry that says exactly ``memory`` (as a tool result showed it)."""
+        from oryxmem.payloads import forgotten_data, memory_data
+
+        wanted = memory.strip()
+        if wanted.startswith("- ["):  # the whole line, as recall shows it
+            wanted = wanted.partition("] ")[2].strip()
+        shown = self._call(
+            lambda c: c.memory(self.agent), lambda s: memory_data(s.get(self.agent)), False
+        )
+        ids = [e["id"] for e in shown["core"] + shown["archival"] if e["content"] == wanted]
+        if not ids:
+            raise ToolError(f"No memory of {self.where(shown)} says exactly {wanted!r}.")
+        data = self._call(
+            lambda c: c.forget(self.agent, ids),
+            lambda s: forgotten_data(
+                s.forget(self.agent, ids, source="mcp"), s.resolve(self.agent)
+            ),
+            False,
+        )
+        lines = [entry["line"] for entry in data["forgotten"]]
+        return f"Forgot from {self.where(data)}:\n" + "\n".join(lines)
+
     def recall_memory(self, keyword: str, offset: int = 0) -> str:
         data = self._tool("recall_memory", {"keyword": keyword})
         lines = list(data["lines"])
@@ -248,6 +271,26 @@ def build_server(tools: MemoryTools) -> MCPServer:
         of the older ones and relevant rounds of past sessions). Read it at the start of
         a task."""
         return tools.memory_block(offset, query)
+
+    if tools.reach.config().get("mcp.allow_forget"):
+
+        @tool(
+            ToolAnnotations(
+                title="Forget a memory",
+                read_only_hint=False,
+                destructive_hint=True,
+                idempotent_hint=True,
+                open_world_hint=False,
+            ),
+        )
+        def forget_memory(
+            memory: Annotated[
+                str, Field(description="The memory's text, exactly as a tool showed it.")
+            ],
+        ) -> str:
+            """Forget a memory that is wrong or that the user asked you to forget: every
+            entry saying exactly this text is taken out of memory for good."""
+            return tools.forget_memory(memory)
 
     return server
 

@@ -12,11 +12,11 @@ import sys
 
 import click
 
-from oryxmem.cli import hosts, memory, running, settings
+from oryxmem.cli import gitcmds, hosts, memory, running, settings
 from oryxmem.cli.base import EXIT_ERROR, EXIT_INTERNAL, cli
 from oryxmem.errors import OryxError
 
-COMMANDS = (memory, running, settings, hosts)  # each registers its commands on cli
+COMMANDS = (memory, running, settings, hosts, gitcmds)  # each registers its commands on cli
 
 
 def _configure_logging() -> None:

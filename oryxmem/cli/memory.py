@@ -16,6 +16,7 @@ from oryxmem.payloads import (
     agents_data,
     context_data,
     episodes_data,
+    forgotten_data,
     memory_data,
     prompt_data,
     recall_data,
@@ -201,24 +202,30 @@ def reindex(ctx: Context, agent: str | None, as_json: bool) -> None:
         )
 
 
-def _table(title: str, entries: list[dict[str, Any]]) -> list[str]:
+def _table(title: str, entries: list[dict[str, Any]], ids: bool = False) -> list[str]:
     lines = [f"{title} ({len(entries)})"]
     if not entries:
         return [*lines, "  (none)"]
     width = len(str(len(entries)))
-    lines.append(f"  {'#':>{width}}  {'TIME':<19}  CONTENT")
+    id_width = max(len(entry["id"]) for entry in entries) if ids else 0
+    id_head = f"{'ID':<{id_width}}  " if ids else ""
+    lines.append(f"  {'#':>{width}}  {id_head}{'TIME':<19}  CONTENT")
     for number, entry in enumerate(entries, 1):
         line = entry["line"]
         content = line.split("] ", 1)[1] if entry["ts"] else line[2:]
-        lines.append(f"  {number:>{width}}  {entry['ts'] or '-':<19}  {terminal_line(content)}")
+        shown_id = f"{entry['id']:<{id_width}}  " if ids else ""
+        lines.append(
+            f"  {number:>{width}}  {shown_id}{entry['ts'] or '-':<19}  {terminal_line(content)}"
+        )
     return lines
 
 
 @cli.command()
 @agent_option
+@click.option("--ids", is_flag=True, help="Show each entry's id too (what forget takes).")
 @json_option
 @pass_context
-def show(ctx: Context, agent: str | None, as_json: bool) -> None:
+def show(ctx: Context, agent: str | None, ids: bool, as_json: bool) -> None:
     """Show every entry, as two tables: 核心记忆 (core) and 归档记忆 (archival)."""
     agent = ctx.agent(agent)
     data = ctx.call(
@@ -228,8 +235,58 @@ def show(ctx: Context, agent: str | None, as_json: bool) -> None:
         emit_json(data)
         return
     click.echo(f"memory of {describe(data['agent'])}")
-    click.echo("\n".join(_table("核心记忆 core", data["core"])))
-    click.echo("\n".join(_table("归档记忆 archival", data["archival"])))
+    click.echo("\n".join(_table("核心记忆 core", data["core"], ids)))
+    click.echo("\n".join(_table("归档记忆 archival", data["archival"], ids)))
+
+
+@cli.command()
+@agent_option
+@click.option("--match", metavar="TEXT", help="Every entry that holds TEXT (any case); asks first.")
+@click.option("--yes", is_flag=True, help="Do not ask (for scripts).")
+@click.option("--purge", is_flag=True, help="Also take their text out of history.")
+@click.argument("ids", nargs=-1)
+@json_option
+@pass_context
+def forget(
+    ctx: Context,
+    agent: str | None,
+    match: str | None,
+    yes: bool,
+    purge: bool,
+    ids: tuple[str, ...],
+    as_json: bool,
+) -> None:
+    """Take entries out of memory by ID (as 'show --ids' gives them) or --match: out of
+    MEMORY.md, the rows and every index, with a tombstone so no git merge brings them
+    back. History keeps that they went (with --purge, not what they said)."""
+    agent = ctx.agent(agent)
+    if bool(ids) == bool(match):
+        raise click.UsageError("name the entries: IDs, or --match TEXT (not both)")
+    chosen = list(ids)
+    if match:
+        data = ctx.call(
+            lambda client: client.memory(agent), lambda service: memory_data(service.get(agent))
+        )
+        folded = match.casefold()
+        found = [e for e in data["core"] + data["archival"] if folded in e["content"].casefold()]
+        if not found:
+            raise click.ClickException(f"no entry holds {match!r}; nothing was forgotten")
+        for entry in found:
+            click.echo(f"  {entry['scope']:<8}  {terminal_line(entry['line'])}", err=True)
+        if not yes and not click.confirm(f"forget these {len(found)} entries?", err=True):
+            raise click.ClickException("nothing was forgotten")
+        chosen = [entry["id"] for entry in found]
+    result = ctx.call(
+        lambda client: client.forget(agent, chosen, purge=purge),
+        lambda service: forgotten_data(
+            service.forget(agent, chosen, purge=purge, source="cli"), service.resolve(agent)
+        ),
+    )
+    if as_json:
+        emit_json(result)
+        return
+    for entry in result["forgotten"]:
+        click.echo(f"forgot from {describe(result['agent'])}: {terminal_line(entry['line'])}")
 
 
 def block_options(func: F) -> F:

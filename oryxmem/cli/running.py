@@ -26,7 +26,7 @@ from oryxmem.cli.base import (
 from oryxmem.config import Config
 from oryxmem.errors import OryxError
 from oryxmem.visible import revealed_text as terminal_safe
-from oryxmem.workspace import init_workspace, open_workspace, socket_path
+from oryxmem.workspace import Workspace, init_workspace, open_workspace, socket_path
 
 MIRROR_WAIT_SECONDS = 10.0  # what sync waits for a running daemon to mirror its saves
 
@@ -35,17 +35,31 @@ if TYPE_CHECKING:
 
 
 @cli.command()
-@click.option("--git", is_flag=True, help="Also write .gitattributes with merge=union.")
+@click.option("--git", is_flag=True, help="Also run 'oryxmem git setup' (merge by entry).")
 @pass_context
 def init(ctx: Context, git: bool) -> None:
     """Create a workspace (.oryxos/ with config, .gitignore) here or at --root."""
     root = Path(ctx.root or os.environ.get("ORYXMEM_ROOT") or Path.cwd()).resolve()
-    created = init_workspace(root, git=git, config_text=config_module.default_config_text())
+    created = init_workspace(root, config_text=config_module.default_config_text())
     click.echo(f"workspace {root}")
     for path in created:
         click.echo(f"  created {path.relative_to(root)}")
-    if not created:
+    if not created and not git:
         click.echo("  already set up; nothing changed")
+    if git:
+        from oryxmem.errors import NotARepositoryError
+        from oryxmem.sync.gitsetup import setup, write_attributes
+
+        try:
+            done = setup(Workspace(root)).done
+        except NotARepositoryError:
+            write_attributes(Workspace(root))
+            done = [
+                "wrote .oryxos/.gitattributes; not in a git repository yet: after"
+                " 'git init', run 'oryxmem git setup'"
+            ]
+        for line in done:
+            click.echo(f"  {line}")
 
 
 @cli.command()
@@ -153,7 +167,33 @@ def status(ctx: Context, socket_only: bool, as_json: bool) -> None:
         _echo_indexes(health["indexes"])
     if health and health.get("last_sync_error"):
         click.echo(f"last error {health['last_sync_error']}")
+    _echo_git(workspace, (health or {}).get("git"))
     _echo_config((health or {}).get("config", {}))
+
+
+def _echo_git(workspace: Workspace, loop: dict[str, Any] | None) -> None:
+    """What git sync is doing, and what this clone lacks to merge memory by entry."""
+    from oryxmem.sync.gitmerge import outstanding_conflicts
+    from oryxmem.sync.gitsetup import driver_missing
+
+    missing = driver_missing(workspace)
+    if missing:
+        click.echo(f"git        {missing}")
+    for conflict in outstanding_conflicts(workspace.os_dir):
+        click.echo(
+            f"git        merge kept both versions of the core entry of {conflict['ts']} in"
+            f" {conflict['path']}: {terminal_safe(conflict['ours'])!r} and"
+            f" {terminal_safe(conflict['theirs'])!r}; remove the wrong one"
+        )
+    if loop:
+        ahead = f"{loop['ahead']} ahead, {loop['behind']} behind"
+        click.echo(
+            f"git sync   {loop['remote']}: last pull {loop['last_pull'] or 'never'}, last push"
+            f" {loop['last_push'] or 'never'}, {ahead}"
+        )
+        for key in ("waiting", "last_error"):
+            if loop.get(key):
+                click.echo(f"git sync   {key.replace('_', ' ')}: {loop[key]}")
 
 
 def _echo_sync(summary: dict[str, Any]) -> None:

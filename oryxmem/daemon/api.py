@@ -332,10 +332,10 @@ async def entry(request: web.Request, args: Args) -> Any:
 @handles("forget")
 async def forget(request: web.Request, args: Args) -> Any:
     ref = path_agent(request)
-    ids, source = args["ids"], source_of(request)
+    ids, source, purge = args["ids"], source_of(request), bool(args.get("purge"))
 
     def remove(service: MemoryService) -> dict[str, Any]:
-        edited = service.edit(ref.agent, ids, source=source)
+        edited = service.forget(ref.agent, ids, purge=purge, source=source)
         return forgotten_data(edited, service.resolve(ref.agent))
 
     data = await run_for(request, ref, remove)

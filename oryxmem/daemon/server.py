@@ -26,6 +26,7 @@ from oryxmem import __version__
 from oryxmem.config import Config
 from oryxmem.daemon import api, sockets
 from oryxmem.daemon.background import Background
+from oryxmem.daemon.gitsync import GitSyncThread
 from oryxmem.daemon.indexer import Indexer
 from oryxmem.daemon.notify import notify, watchdog_interval
 from oryxmem.daemon.readers import Readers
@@ -61,6 +62,7 @@ class Daemon:
         self.indexer: Indexer | None = None
         self.backend_work: Background | None = None  # what the backend runs beside (mem0)
         self.readers: Readers | None = None
+        self.git_sync: GitSyncThread | None = None  # only with sync.git.remote
         self.follower = ConfigFollower(workspace.config_path, config)
 
     # --- one daemon per workspace ---------------------------------------------------
@@ -125,9 +127,14 @@ class Daemon:
         self.watcher.ready.wait()
         if self.backend_work is not None:
             self.backend_work.start()
+        if self.config.get("sync.git.remote"):
+            self.git_sync = GitSyncThread(self.workspace, service.files, self.config)
+            self.git_sync.start()
         try:
             uvloop.run(self._serve(sock))
         finally:
+            if self.git_sync is not None:
+                self.git_sync.stop()
             self.readers.stop()
             if self.backend_work is not None:
                 self.backend_work.stop()
@@ -260,6 +267,7 @@ class Daemon:
             "index_rates": self.indexer.upkeep.rates() if self.indexer else {},
             "last_index_error": self.indexer.last_error if self.indexer else None,
             "config": self.follower.health(),
+            "git": self.git_sync.health() if self.git_sync else None,
             **self._backend_health(),
         }
 

@@ -223,6 +223,18 @@ class MemoryService:
         self.mirror_saves()
         return edit_entries(self.sync_engine(), ref.agent, removals, replacements or {}, source)
 
+    def forget(
+        self, agent: str | None, ids: Sequence[str], *, purge: bool = False, source: str = "api"
+    ) -> Edited:
+        """Take entries out by id (a tombstone each); with ``purge`` their text leaves the
+        history too, which keeps only that they went."""
+        from oryxmem.sync.edits import purge_history
+
+        edited = self.edit(agent, ids, source=source)
+        if purge:
+            purge_history(self.db, edited.agent, [entry.entry_id for entry in edited.removed])
+        return edited
+
     def sync(
         self,
         agents: Sequence[str] | None = None,

@@ -22,6 +22,7 @@ from oryxmem.errors import (
     OryxError,
     log_failure,
 )
+from oryxmem.secrets import checked_content
 from oryxmem.service.results import SaveResult
 from oryxmem.service.shared import Shared
 from oryxmem.store import rows
@@ -153,9 +154,11 @@ class Saving:
             return batch
         if batch.store.others_are_writing():  # this write will wait for quiet:
             self.mirror_saves()  # what was saved before is in the rows first, whatever comes
+        secrets_mode = str(self.shared.config.get("memory.secrets"))
         for index, request in enumerate(requests):
             try:
-                batch.prepared.append((index, batch.store.prepare(request.content, request.scope)))
+                content = checked_content(request.content, secrets_mode)
+                batch.prepared.append((index, batch.store.prepare(content, request.scope)))
             except OryxError as error:
                 batch.outcomes[index] = error
         return batch

@@ -48,6 +48,8 @@ from oryxmem.store.format import (
     record_appended_many,
 )
 from oryxmem.store.orphans import WATCH_SECONDS, Orphan, merge
+from oryxmem.store.tombstones import FILE_NAME as TOMBSTONES
+from oryxmem.store.tombstones import Tombstones
 from oryxmem.workspace import Workspace
 
 # What a journal replay may find that needs no telling: the append had completed, or
@@ -128,6 +130,7 @@ class MarkdownMemoryStore(LongTermMemoryStore):
         # crash tore, or wrote it itself (unchanged since: nothing to look for).
         self.answered = AnsweredLog(lock.lock_path.with_name(lock.lock_path.name + ".answered"))
         self._journal_seen: FileStat | None = None
+        self.tombstones = Tombstones(path.with_name(TOMBSTONES))  # what was taken out
 
     @classmethod
     def for_agent(cls, agent: str, resources: StoreResources) -> MarkdownMemoryStore:
@@ -265,6 +268,8 @@ class MarkdownMemoryStore(LongTermMemoryStore):
                 SAVE_ATTEMPTS, lambda: self.append_locked(additions), self.forget
             )
             written_ns = time.time_ns()  # under the lock: writes to the file are in its order
+            if self.tombstones.read():  # saved again on purpose: no longer forgotten
+                self.tombstones.lift(entry.entry_id for entry in entries)
         return Append(before, entries, self.written_key, written_ns, after_others)
 
     # --- for callers that hold the lock across a longer operation (sync) ------

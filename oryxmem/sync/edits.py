@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from oryxmem.config import Config
 from oryxmem.errors import (
     ContentTooLongError,
     EntryNotFoundError,
@@ -24,12 +25,19 @@ from oryxmem.errors import (
     MemoryFileConflictedError,
 )
 from oryxmem.fileio import ConcurrentChange, retry_on_change
+from oryxmem.secrets import checked_content
 from oryxmem.store import rows
 from oryxmem.store.db import write_transaction
 from oryxmem.store.format import Entry, MemoryDocument, NewEntry, normalize_content
-from oryxmem.sync.engine import RECONCILE_ATTEMPTS, SyncEngine, file_sha256, kept_lines
+from oryxmem.sync.engine import (
+    RECONCILE_ATTEMPTS,
+    SyncEngine,
+    file_sha256,
+    kept_lines,
+)
 
 if TYPE_CHECKING:
+    from oryxmem.store.db import Database
     from oryxmem.store.markdown import MarkdownMemoryStore
 
 
@@ -55,7 +63,7 @@ def edit_entries(
     ``replacements`` names with its new content (same section, same time, same place).
     Raises EntryNotFoundError, naming the ids, when any is not in the file."""
     store = engine.files.get(agent)
-    texts = _checked(replacements, engine.config.max_content_chars)  # before any lock
+    texts = _checked(replacements, engine.config)  # before any lock
 
     def attempt() -> Edited:
         engine.reconcile_agent(agent)  # both sides agree first: what others wrote is in
@@ -99,6 +107,10 @@ def _edit_once(
             removed = [by_id[entry_id] for entry_id in removals]
             _follow_in_rows(engine, agent, removed, written, source, by_id, list(replacements))
             agreed = [entry.entry_id for entry in after.all_entries()]
+            # Tombstones before the new agreed state: a crash between writes them again.
+            gone = set(state.agreed).difference(agreed)
+            store.tombstones.add((i, by_id[i].ts if i in by_id else None) for i in sorted(gone))
+            store.tombstones.lift(entry.entry_id for entry in written)  # written on purpose
             path = str(engine.workspace.memory_path(agent))
             sha = file_sha256(after.text)
             new_state = rows.agreed_state(
@@ -108,11 +120,13 @@ def _edit_once(
     return Edited(agent, removed, [by_id[entry_id] for entry_id in replacements], written)
 
 
-def _checked(replacements: Mapping[str, str], limit: int) -> dict[str, str]:
-    """Each new content as a save would store it (stripped, no controls, in bounds)."""
+def _checked(replacements: Mapping[str, str], config: Config) -> dict[str, str]:
+    """Each new content as a save would store it (stripped, no controls, in bounds, no
+    credential unless memory.secrets allows it)."""
     checked = {}
+    limit = config.max_content_chars
     for entry_id, content in replacements.items():
-        text = normalize_content(content)
+        text = normalize_content(checked_content(content, str(config.get("memory.secrets"))))
         if len(text) > limit:
             raise ContentTooLongError(f"content is {len(text)} characters; the limit is {limit}")
         checked[entry_id] = text
@@ -172,3 +186,13 @@ def _follow_in_rows(
         events.append(rows.history_row(agent, "remove", source, before[old], "edited"))
         events.append(rows.history_row(agent, "add", source, new, "edited"))
     rows.record_history_rows(db, events)
+
+
+def purge_history(db: Database, agent: str, entry_ids: Sequence[str]) -> None:
+    """History keeps that these entries were, not what they said (oryxmem forget --purge)."""
+    with write_transaction(db):
+        db.conn.executemany(
+            "UPDATE memory_history SET content = NULL, detail = 'purged' WHERE agent = ?"
+            " AND entry_id = ?",
+            [[agent, entry_id] for entry_id in entry_ids],
+        )

@@ -116,6 +116,9 @@ class SyncEngine:
         self.db = db
         self.files = files
         self.config = config  # read at each use: a daemon may take a new one while running
+        # Each agent's TOMBSTONES as its last reconcile read them: one changed since (a
+        # pull brought new ones) makes the agent due even when MEMORY.md did not change.
+        self._tombstones_seen: dict[str, tuple[int, int, int] | None] = {}
 
     # --- which agents -----------------------------------------------------------
 
@@ -135,7 +138,8 @@ class SyncEngine:
         agreed = rows.agreed_file_stats(self.db)
         known = self.known_agents()  # safe names only
         for agent in known:
-            if agent not in agreed or agreed[agent] != file_stat(self.workspace.memory_path(agent)):
+            stat = file_stat(self.workspace.memory_path(agent))
+            if agent not in agreed or agreed[agent] != stat or self._tombstones_changed(agent):
                 due.add(agent)
         safe = set(known)
         return sorted(name for name in due if name in safe or self._safe(name))
@@ -215,7 +219,13 @@ class SyncEngine:
         return report
 
     def _settled_now(self, agent: str) -> bool:
-        return rows.is_settled(self.db, agent, file_stat(self.workspace.memory_path(agent)))
+        return not self._tombstones_changed(agent) and rows.is_settled(
+            self.db, agent, file_stat(self.workspace.memory_path(agent))
+        )
+
+    def _tombstones_changed(self, agent: str) -> bool:
+        stamp = self.files.get(agent).tombstones.stamp()
+        return stamp is not None and self._tombstones_seen.get(agent) != stamp
 
     def _reconcile_once(self, agent: str, store: MarkdownMemoryStore, dry_run: bool) -> AgentReport:
         report = AgentReport(agent)
@@ -255,7 +265,8 @@ class SyncEngine:
         state = rows.read_state(self.db, agent, with_agreed=False)
         notes = self._take_stock(agent, store, doc, state, report)
         sha = file_sha256(doc.text) if key else None
-        if self._nothing_to_do(agent, state, key, sha, notes, report, dry_run):
+        forgetting = self._new_tombstones(agent, store, dry_run)
+        if not forgetting and self._nothing_to_do(agent, state, key, sha, notes, report, dry_run):
             return
         if state is not None:
             state = rows.read_state(self.db, agent)  # now the agreed ids too
@@ -277,7 +288,18 @@ class SyncEngine:
             notes = kept_lines(doc)
         _apply_plan_to_rows(self.db, agent, plan, file_entries, written_ns)
         previous = state.agreed if state is not None else None
+        if plan.file_removals and key is not None:
+            _tombstone_row_deletes(store, plan, file_entries)
         self._save_state(agent, key, sha, plan.agreed, notes, previous)
+
+    def _new_tombstones(self, agent: str, store: MarkdownMemoryStore, dry_run: bool) -> bool:
+        """Has the agent's TOMBSTONES changed since the last reconcile read it (and does it
+        name anything)? Then every entry is looked at again."""
+        stamp = store.tombstones.stamp()
+        changed = stamp != self._tombstones_seen.get(agent) and bool(store.tombstones.read())
+        if not dry_run:
+            self._tombstones_seen[agent] = stamp  # read now; this transaction acts on them
+        return changed
 
     def _take_stock(
         self,
@@ -354,6 +376,7 @@ class SyncEngine:
             number_rows(rows.read_rows(self.db, agent)),
             state.agreed if state else None,
             protected,
+            self.files.get(agent).tombstones.read(),
         )
 
     def _gone_for(self, agent: str) -> float:
@@ -421,6 +444,15 @@ class SyncEngine:
         report.rows_removed = [str(row_id) for row_id in plan.row_deletes]
         report.lost = [entry.render() for _, entry, _ in plan.lost]
         report.restored = [entry.render() for entry in plan.restored]
+
+
+def _tombstone_row_deletes(
+    store: MarkdownMemoryStore, plan: Plan, file_entries: Sequence[Entry]
+) -> None:
+    """Rows deleted in the database: their tombstones now. A line gone from the file may
+    be git's doing (a checkout, a stash): it is noted when it is committed."""
+    by_id = {entry.entry_id: entry for entry in file_entries}
+    store.tombstones.add((i, by_id[i].ts) for i in plan.file_removals if i in by_id)
 
 
 def _apply_plan_to_rows(

@@ -72,12 +72,14 @@ def reconcile(
     rows: Sequence[RowState],
     agreed: Collection[str] | None,
     protected: Collection[str] = (),
+    forgotten: Collection[str] = (),
 ) -> Plan:
     """Decide the edits that make the file and the rows agree. Pure; idempotent.
 
     ``protected`` names entries recently added from the socket or the database:
     if the file no longer has one, a stale editor buffer dropped it and it is
-    put back rather than removed from the rows.
+    put back rather than removed from the rows. ``forgotten`` names entries with a
+    tombstone (store/tombstones.py): whichever side has one, it goes from both.
     """
     plan = Plan()
     base = set(agreed) if agreed is not None else None
@@ -92,10 +94,15 @@ def reconcile(
     # Which rows need their stored id changed is settled at the end (_settle_ids), once
     # the final numbering is known.
     for entry_id, row in by_current.items():
-        if entry_id not in in_file:
+        if entry_id in forgotten:
+            plan.row_deletes.append(row.row_id)  # came back (a merge, a restore): it goes
+        elif entry_id not in in_file:
             _row_not_in_file(plan, row, base, in_file, protected)
 
     for entry_id, entry in in_file.items():
+        if entry_id in forgotten:
+            plan.file_removals.append(entry_id)
+            continue
         if entry_id in by_current:
             continue
         if base is None or entry_id not in base:

@@ -314,3 +314,32 @@ def test_a_long_lived_server_checks_content_against_the_config_as_it_is_now(
     with pytest.raises(ContentTooLongError, match="the limit is 50"):
         reach.check_content("x" * 100)
     assert reach.config() is reach.config()  # unchanged file: not read again
+
+
+def test_forget_memory_is_offered_only_when_allowed_and_forgets_over_stdio(
+    workspace: Workspace,
+) -> None:
+    from support.processes import run_cli
+
+    async def names(client: Client) -> set[str]:
+        return {tool.name for tool in (await client.list_tools()).tools}
+
+    assert "forget_memory" not in over_stdio(workspace, ["--agent", "coder"], names)
+    assert run_cli("config", "set", "mcp.allow_forget", "true").returncode == 0
+
+    async def forget(client: Client) -> dict[str, Any]:
+        said = {"names": await names(client)}
+        await client.call_tool("save_memory", {"content": "likes tea"})
+        await client.call_tool("save_memory", {"content": "likes coffee"})
+        done = await client.call_tool("forget_memory", {"memory": "likes tea"})
+        said["done"] = text_of(done)
+        missing = await client.call_tool("forget_memory", {"memory": "likes juice"})
+        said["missing"] = (missing.is_error, text_of(missing))
+        return said
+
+    said = over_stdio(workspace, ["--agent", "coder"], forget)
+    assert "forget_memory" in said["names"]
+    assert said["done"].startswith("Forgot from agent 'coder':") and "likes tea" in said["done"]
+    assert said["missing"][0] and "says exactly 'likes juice'" in said["missing"][1]
+    assert archival(workspace, "coder") == ["likes coffee"]
+    assert workspace.tombstones_path("coder").exists()

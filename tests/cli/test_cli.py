@@ -104,15 +104,16 @@ def test_root_option_and_discovery_from_a_subfolder(workspace: Workspace, tmp_pa
 
 def test_init_is_idempotent_and_keeps_user_files(isolated_paths: Path) -> None:
     first = run_cli("init", "--git")
-    assert first.returncode == 0 and "created .oryxos/.gitattributes" in first.stdout
+    assert first.returncode == 0 and "wrote .oryxos/.gitattributes" in first.stdout
+    assert "run 'oryxmem git setup'" in first.stdout  # not a git repository yet
     config = isolated_paths / ".oryxos" / "config.toml"
     config.write_text("# mine\n[memory]\nbackend = 'sqlite'\n")
-    again = run_cli("init", "--git")
+    again = run_cli("init")
     assert "already set up; nothing changed" in again.stdout
     assert config.read_text() == "# mine\n[memory]\nbackend = 'sqlite'\n"
     gitignore = (isolated_paths / ".oryxos" / ".gitignore").read_text()
     assert {"oryxos.db*", "run/", "*.tmp"} <= set(gitignore.split())
-    assert "merge=union" in (isolated_paths / ".oryxos" / ".gitattributes").read_text()
+    assert "merge=oryxmem" in (isolated_paths / ".oryxos" / ".gitattributes").read_text()
 
 
 def test_history_printed_multiline_content_and_escape_codes_raw(workspace: Workspace) -> None:

@@ -25,6 +25,7 @@ FLOORS: list[tuple[str, ...]] = [
         "schemas",
         "openapi",
         "launch",
+        "secrets",
     ),
     ("embed",),
     ("store", "visible"),

@@ -1,0 +1,113 @@
+"""Running git on the repository that holds a workspace: the one helper every git step
+uses (setup, the merge driver's records, the hook, the sync loop).
+
+git is found on PATH once and run by its full path, with a plain environment for what
+it prints (no pager, no prompt for a password, C messages), so a background caller
+never waits on a terminal.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from oryxmem.errors import NotARepositoryError
+
+GIT_SECONDS = 120  # a fetch or a push over a slow link; nothing local takes this long
+
+
+class GitError(Exception):
+    """git failed: its own words in ``message``."""
+
+    def __init__(self, args: tuple[str, ...], code: int, message: str) -> None:
+        super().__init__(f"git {' '.join(args)}: {message or f'exit {code}'}")
+        self.code = code
+        self.message = message
+
+
+def git_executable() -> str:
+    found = shutil.which("git")
+    if not found:
+        raise NotARepositoryError("git is not installed (no git on PATH)")
+    return found
+
+
+def git_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        GIT_TERMINAL_PROMPT="0",
+        GIT_PAGER="cat",
+        LC_ALL="C",
+        GIT_ASK_YESNO="false",
+        GIT_MERGE_AUTOEDIT="no",
+    )
+    # GIT_DIR and GIT_INDEX_FILE stay: in a hook they name the index the commit is made
+    # from (``git commit -a`` stages into a temporary one).
+    return env
+
+
+@dataclass(frozen=True)
+class Repo:
+    """The repository whose work tree holds the workspace."""
+
+    top: Path
+
+    @classmethod
+    def holding(cls, path: Path) -> Repo:
+        try:
+            top = _run(path, "rev-parse", "--show-toplevel").strip()
+        except GitError as error:
+            raise NotARepositoryError(
+                f"{path} is not in a git repository (git init first): {error.message}"
+            ) from None
+        return cls(Path(top))
+
+    def git(self, *args: str, check: bool = True, stdin: str | None = None) -> str:
+        return _run(self.top, *args, check=check, stdin=stdin)
+
+    def try_git(self, *args: str) -> tuple[int, str]:
+        """Exit code and output (stdout, then stderr) of a git command allowed to fail."""
+        done = subprocess.run(
+            [git_executable(), *args],
+            cwd=self.top,
+            env=git_env(),
+            capture_output=True,
+            text=True,
+            timeout=GIT_SECONDS,
+            check=False,
+        )
+        return done.returncode, (done.stdout + done.stderr).strip()
+
+    def relative(self, path: Path) -> str:
+        return path.resolve().relative_to(self.top.resolve()).as_posix()
+
+    def git_path(self, name: str) -> Path:
+        """A path inside .git (hooks, MERGE_HEAD), as git resolves it (worktrees too)."""
+        found = Path(self.git("rev-parse", "--git-path", name).strip())
+        return found if found.is_absolute() else self.top / found
+
+    def show(self, revision: str, path: str) -> str | None:
+        """A file's text at a revision (``:path`` for the index), None when absent."""
+        code, _ = self.try_git("cat-file", "-e", f"{revision}:{path}")
+        if code != 0:
+            return None
+        return self.git("cat-file", "blob", f"{revision}:{path}")
+
+
+def _run(cwd: Path, *args: str, check: bool = True, stdin: str | None = None) -> str:
+    done = subprocess.run(
+        [git_executable(), *args],
+        cwd=cwd,
+        env=git_env(),
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=GIT_SECONDS,
+        check=False,
+    )
+    if check and done.returncode != 0:
+        raise GitError(args, done.returncode, done.stderr.strip() or done.stdout.strip())
+    return done.stdout
