@@ -4,6 +4,7 @@ clones with daemons take to agree after a save.
 - merge: ``oryxmem merge-driver`` as git runs it (a new process), on a base of
   --git-entries archival entries, each side with 500 entries of its own and 100 of the
   base's removed, with and without tombstones; and the merge function alone;
+- secrets: what the save-time credential check (detect-secrets) costs a save;
 - converge: a bare remote and two clones, each with a daemon syncing every 2 s
   (``sync.git.interval_seconds``); a save on one, timed until the other's MEMORY.md has
   it, --git-rounds times.
@@ -190,11 +191,32 @@ def converge_figures(rounds: int, folder: Path) -> list[Figure]:
     ]
 
 
+def secrets_figures() -> list[Figure]:
+    """What memory.secrets = refuse adds to a save: detect-secrets on its content."""
+    from oryxmem.secrets import checked_content
+
+    sentences = [f"User prefers short answers about project {n} and its CI" for n in range(300)]
+    checked_content(sentences[0], "refuse")  # the detector's import and settings, once
+    times = []
+    for sentence in sentences:
+        started = time.perf_counter()
+        checked_content(sentence, "refuse")
+        times.append((time.perf_counter() - started) * 1000)
+    return [
+        Figure(
+            "secrets: the check a save makes (a 55-char sentence), p50",
+            statistics.median(times),
+            "ms",
+        )
+    ]
+
+
 def run(args: argparse.Namespace) -> list[Figure]:
+    figures_first = secrets_figures()
     with scratch_dir("oryxmem-git-") as folder:
         figures = merge_figures(args.git_entries, Path(folder) / "merge")
         figures += converge_figures(args.git_rounds, Path(folder) / "clones")
-    return figures
+    return figures_first + figures
 
 
 if __name__ == "__main__":

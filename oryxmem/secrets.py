@@ -20,6 +20,21 @@ from oryxmem.errors import SecretRefusedError
 MODES = ("refuse", "redact", "allow")
 MARKER = "[secret removed: {kind}]"
 _lock = threading.Lock()  # detect-secrets keeps its settings and caches in globals
+_configured: list[bool] = []  # the process's detect-secrets settings are set
+
+
+def _configure() -> None:
+    """detect-secrets' default plugins and filters (what its default_settings() enters),
+    set once for the process: entering and leaving them at each check cost twice what a
+    scan does. The caller holds _lock."""
+    if not _configured:
+        from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
+        from detect_secrets.settings import cache_bust, configure_settings_from_baseline
+
+        plugins = get_mapping_from_secret_type_to_class().values()
+        cache_bust()
+        configure_settings_from_baseline({"plugins_used": [{"name": p.__name__} for p in plugins]})
+        _configured.append(True)
 
 
 @dataclass(frozen=True)
@@ -38,9 +53,9 @@ def find(lines: Iterable[str], filename: str = "MEMORY.md") -> list[Finding]:
     if not any(line.strip() for _, line in numbered):
         return []
     from detect_secrets.core.scan import _process_line_based_plugins
-    from detect_secrets.settings import default_settings
 
-    with _lock, default_settings():
+    with _lock:
+        _configure()
         found: Iterator[Any] = _process_line_based_plugins(numbered, filename)
         seen: dict[tuple[int, str], Finding] = {}
         for secret in found:

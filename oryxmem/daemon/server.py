@@ -130,6 +130,8 @@ class Daemon:
         if self.config.get("sync.git.remote"):
             self.git_sync = GitSyncThread(self.workspace, service.files, self.config)
             self.git_sync.start()
+        else:
+            _say_if_the_driver_is_missing(self.workspace)
         try:
             uvloop.run(self._serve(sock))
         finally:
@@ -299,6 +301,16 @@ def _worker_health(worker: MemoryWorker | None) -> dict[str, Any]:
         "memory_thread_alive": bool(worker and worker.alive),
         "memory_busy_seconds": round(worker.busy_seconds, 1) if worker else 0.0,
     }
+
+
+def _say_if_the_driver_is_missing(workspace: Workspace) -> None:
+    """A clone whose .gitattributes asks for merge=oryxmem but whose config lacks the
+    driver would merge memory as plain text: said once, at start."""
+    from oryxmem.sync.gitsetup import driver_missing
+
+    missing = driver_missing(workspace)
+    if missing:
+        log.warning("git: %s", missing)
 
 
 def _log_report(report: AgentReport) -> None:

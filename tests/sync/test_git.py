@@ -52,15 +52,17 @@ def clones(tmp_path: Path, isolated_paths: Path) -> tuple[Path, Path]:
     git(tmp_path, "clone", "-q", str(remote), str(a))
     git(a, "checkout", "-q", "-b", "main")
     assert cli(a, "init", "--git").returncode == 0
-    assert cli(a, "save", "-a", "coder", "--scope", "core", "the user is Ada").returncode == 0
-    assert cli(a, "save", "-a", "coder", "the project is oryx").returncode == 0
+    memory = a / ".oryxos" / "agents" / "coder" / "MEMORY.md"
+    memory.parent.mkdir(parents=True)
+    memory.write_text(
+        "## 核心记忆\n- [2026-07-22 09:30:00] the user is Ada\n"
+        "## 归档记忆\n- [2026-07-22 09:30:01] the project is oryx\n"
+    )
     git(a, "add", "-A")
     git(a, "commit", "-qm", "base")
     git(a, "push", "-q", "origin", "main")
     git(tmp_path, "clone", "-q", "-b", "main", str(remote), str(b))
-    assert "run 'oryxmem git setup' once" in cli(b, "status").stdout  # a clone lacks it
     assert cli(b, "git", "setup").returncode == 0
-    assert "merge.oryxmem.driver" not in cli(b, "status").stdout
     return a, b
 
 
@@ -218,3 +220,20 @@ def test_forget_by_match_with_purge(workspace) -> None:  # type: ignore[no-untyp
     assert "tea" not in stones and len(stones.splitlines()) == 4  # header + 2
     missing = cli(root, "forget", "-a", "coder", "0000000000000000")
     assert missing.returncode == 1 and "no entry 0000000000000000" in missing.stderr
+
+
+def test_the_daemon_says_when_a_clone_lacks_the_driver(clones: tuple[Path, Path]) -> None:
+    from support.daemon import daemon
+
+    from oryxmem.workspace import Workspace
+
+    _, b = clones
+    assert "merge.oryxmem.driver" not in cli(b, "status").stdout
+    git(b, "config", "--unset", "merge.oryxmem.driver")
+    assert "run 'oryxmem git setup' once" in cli(b, "status").stdout  # a clone lacks it
+    log = b.parent / "b-daemon.log"
+    with daemon(Workspace(b), log, env={"ORYXMEM_ROOT": str(b)}):
+        pass
+    assert "git: this clone has no merge.oryxmem.driver: run 'oryxmem git setup' once" in (
+        log.read_text()
+    )

@@ -22,7 +22,7 @@ from test_git import cli, git
 from oryxmem.store.format import parse
 from oryxmem.workspace import Workspace
 
-SAVES_EACH = 12
+SAVES_EACH = 9
 QUIET_SECONDS = 240
 
 
@@ -91,7 +91,7 @@ def test_three_clones_with_daemons_converge(tmp_path: Path, isolated_paths: Path
                 def saves(running: RunningDaemon = running, texts: list[str] = texts) -> None:
                     for n, text in enumerate(texts):
                         save(running, "writer" if n % 3 == 0 else "coder", text)
-                        time.sleep(0.15)
+                        time.sleep(0.1)
 
                 threads.append(threading.Thread(target=saves))
             for thread in threads:
@@ -136,7 +136,7 @@ def test_three_clones_with_daemons_converge(tmp_path: Path, isolated_paths: Path
         for running in daemons:  # more rounds: the forgotten entry stays gone
             status, health = running.curl("http://x/api/v1/health")
             assert health["data"]["git"]["last_push"] or health["data"]["git"]["last_pull"]
-        time.sleep(3)
+        time.sleep(2.5)  # more passes on every clone: nothing changes, nothing comes back
         assert all(files_of(root) == final for root in roots)
     finally:
         for running in daemons:
@@ -159,7 +159,7 @@ def _wait_for_quiet(roots: list[Path]) -> bool:
             and all(rows_match_files(root) for root in roots)
         ):
             agreed += 1
-            if agreed >= 3:
+            if agreed >= 2:
                 return True
         else:
             agreed = 0
