@@ -31,7 +31,7 @@ def _configure() -> None:
         from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
         from detect_secrets.settings import cache_bust, configure_settings_from_baseline
 
-        plugins = get_mapping_from_secret_type_to_class().values()
+        plugins: Any = get_mapping_from_secret_type_to_class().values()
         cache_bust()
         configure_settings_from_baseline({"plugins_used": [{"name": p.__name__} for p in plugins]})
         _configured.append(True)

@@ -38,7 +38,9 @@ from oryxmem.registry import BACKENDS, backend_work
 from oryxmem.service import MemoryService
 from oryxmem.store.db import connect
 from oryxmem.sync.engine import AgentReport
+from oryxmem.sync.gitmerge import ConflictTeller
 from oryxmem.sync.watcher import SyncWatcher
+from oryxmem.visible import revealed_text as visible_line
 from oryxmem.workspace import Workspace, socket_path
 
 log = logging.getLogger("oryxmem.daemon")
@@ -64,6 +66,7 @@ class Daemon:
         self.readers: Readers | None = None
         self.git_sync: GitSyncThread | None = None  # only with sync.git.remote
         self.follower = ConfigFollower(workspace.config_path, config)
+        self.conflicts = ConflictTeller(workspace.os_dir)
 
     # --- one daemon per workspace ---------------------------------------------------
 
@@ -104,7 +107,7 @@ class Daemon:
         # The memory thread's: it catches the indexes up when asked (api.ranked), never embeds.
         service = MemoryService(self.workspace, self.config, in_daemon=True)
         self.watcher = SyncWatcher(
-            self.workspace, files=service.files, config=self.config, on_report=_log_report
+            self.workspace, files=service.files, config=self.config, on_report=self._on_report
         )
         self.indexer = Indexer(
             MemoryService(self.workspace, self.config, files=service.files, in_daemon=True)
@@ -252,6 +255,11 @@ class Daemon:
             else:
                 log.error("a thread of the daemon died; not pinging the watchdog")
             await asyncio.sleep(interval)
+
+    def _on_report(self, report: AgentReport) -> None:
+        _log_report(report)
+        for line in self.conflicts.new_lines():  # a merge just wrote the file: say so once
+            log.warning("git merge: %s", visible_line(line))
 
     def health(self) -> dict[str, Any]:
         """What the daemon knows without the database (the API adds the sync summary)."""

@@ -31,7 +31,7 @@ from typing import Any
 from oryxmem import secrets
 from oryxmem.config import Config
 from oryxmem.store.markdown import MarkdownFiles
-from oryxmem.sync.git import git_operation_in_progress
+from oryxmem.sync.git import find_git_dir, git_operation_in_progress
 from oryxmem.sync.gitrepo import GitError, Repo
 from oryxmem.sync.gitsetup import driver_missing, tombstone_removals
 from oryxmem.workspace import GLOBAL_AGENT, MEMORY_FILE, Workspace
@@ -65,6 +65,12 @@ class GitSyncState:
         }
 
 
+def _bisecting(workspace: Workspace) -> str | None:
+    """A bisect checks out old commits for a while: no commit or merge on top of them."""
+    git_dir = find_git_dir(workspace.root)
+    return "BISECT_LOG" if git_dir is not None and (git_dir / "BISECT_LOG").exists() else None
+
+
 def _utc(at: float | None) -> str | None:
     return None if at is None else time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at))
 
@@ -88,7 +94,7 @@ class GitSync:
 
     def step(self) -> None:
         """One pass; never raises for git's failures (they are in the state and the log)."""
-        busy = git_operation_in_progress(self.workspace.root)
+        busy = git_operation_in_progress(self.workspace.root) or _bisecting(self.workspace)
         if busy:
             self.state.waiting = f"git is mid-operation ({busy}); waiting"
             return

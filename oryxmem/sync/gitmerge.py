@@ -104,3 +104,41 @@ def _outstanding(records: Path) -> Iterator[dict[str, Any]]:
             record.get("theirs"),
         ) in present:
             yield record
+
+
+class ConflictTeller:
+    """Says each conflict the merge driver recorded once, in the daemon's log, whoever ran
+    the merge (the sync loop, a person's git pull): looked for after each reconcile."""
+
+    def __init__(self, os_dir: Path) -> None:
+        self.path = os_dir / "run" / CONFLICTS_FILE
+        self._told = self._size()
+
+    def _size(self) -> int:
+        try:
+            return self.path.stat().st_size
+        except FileNotFoundError:
+            return 0
+
+    def new_lines(self) -> list[str]:
+        size = self._size()
+        if size == self._told:
+            return []
+        if size < self._told:
+            self._told = 0  # the file was started afresh
+        with open(self.path, "rb") as records:
+            records.seek(self._told)
+            fresh = records.read(size - self._told).decode("utf-8", errors="replace")
+        self._told = size
+        said = []
+        for line in fresh.splitlines():
+            try:
+                record = json.loads(line)
+                said.append(
+                    f"{record['path']}: the core entry of {record['ts']} was rewritten on both"
+                    f" sides; both versions are kept: {record['ours']!r} and"
+                    f" {record['theirs']!r} (remove one)"
+                )
+            except (ValueError, KeyError, TypeError):
+                continue
+        return said

@@ -138,7 +138,18 @@ def test_a_core_entry_edited_on_both_clones_keeps_both_and_status_says(
         path.write_text(path.read_text().replace("the user is Ada", f"the user is {name}"))
         git(clone, "commit", "-qam", f"edit on {clone.name}")
     git(b, "push", "-q", "origin", "main")
-    pulled = git(a, "pull", "--no-rebase", "origin", "main")
+    from support.daemon import daemon
+    from support.sync import wait_until
+
+    from oryxmem.workspace import Workspace
+
+    log = a.parent / "a-daemon.log"
+    with daemon(Workspace(a), log, env={"ORYXMEM_ROOT": str(a)}):  # a person's git pull
+        pulled = git(a, "pull", "--no-rebase", "origin", "main")
+        wait_until(lambda: "git merge:" in log.read_text())
+    assert "both versions are kept: 'the user is Ada Lovelace' and 'the user is Ada King'" in (
+        log.read_text()
+    )
     assert "both versions are kept" in pulled.stderr
     assert {"the user is Ada Lovelace", "the user is Ada King"} <= set(contents(a))
     assert "<<<<<<<" not in memory_of(a)
@@ -237,3 +248,54 @@ def test_the_daemon_says_when_a_clone_lacks_the_driver(clones: tuple[Path, Path]
     assert "git: this clone has no merge.oryxmem.driver: run 'oryxmem git setup' once" in (
         log.read_text()
     )
+
+
+def _loop(root: Path, remote: str = "origin"):  # type: ignore[no-untyped-def]
+    from oryxmem.config import Config
+    from oryxmem.service import MemoryService
+    from oryxmem.sync.gitloop import GitSync
+    from oryxmem.workspace import Workspace
+
+    workspace = Workspace(root)
+    assert cli(root, "config", "set", "sync.git.remote", remote).returncode == 0
+    config = Config.load(workspace.config_path)
+    service = MemoryService(workspace, config)
+    return GitSync(workspace, service.files, config), service
+
+
+def test_the_loop_waits_for_a_person_stays_inside_oryxos_and_backs_off(
+    clones: tuple[Path, Path],
+) -> None:
+    a, b = clones
+    loop, service = _loop(a)
+    try:
+        assert cli(a, "save", "-a", "coder", "saved on a").returncode == 0
+        before = git(a, "rev-parse", "HEAD").stdout
+        git(a, "bisect", "start")  # a person is mid-bisect: nothing is committed
+        loop.step()
+        assert "BISECT_LOG" in (loop.state.waiting or "")
+        assert git(a, "rev-parse", "HEAD").stdout == before
+        git(a, "bisect", "reset")
+        # The remote has a change outside .oryxos/: memory is committed, not merged or pushed.
+        (b / "README").write_text("code, not memory\n")
+        git(b, "add", "README")
+        git(b, "commit", "-qm", "code")
+        git(b, "push", "-q", "origin", "main")
+        (a / "notes.txt").write_text("a person's file, never committed by oryxmem\n")
+        git(a, "add", "notes.txt")
+        loop.step()
+        assert "pull them yourself" in (loop.state.waiting or "")
+        assert "oryxmem: coder +1" in git(a, "log", "-1", "--format=%s").stdout
+        assert not (a / "README").exists() and not (a / ".git" / "MERGE_HEAD").exists()
+        assert "notes.txt" in git(a, "diff", "--cached", "--name-only").stdout  # still staged
+        assert "notes.txt" not in git(a, "show", "--name-only", "HEAD").stdout
+    finally:
+        service.close()
+    broken, service = _loop(a, remote=str(a.parent / "no-such-remote.git"))
+    try:
+        interval = broken.interval()
+        broken.step()
+        assert broken.state.last_error and broken.state.failures == 1
+        assert broken.interval() == 2 * interval  # backs off
+    finally:
+        service.close()
