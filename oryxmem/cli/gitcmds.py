@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import re
 import sys
 from pathlib import Path
 
@@ -39,28 +38,24 @@ def git_setup(ctx: Context) -> None:
 def git_pre_commit(ctx: Context) -> None:
     """What the pre-commit hook runs: refuse a staged MEMORY.md that holds a credential;
     write (and stage) the tombstones of the entries the commit removes."""
-    from oryxmem import secrets
     from oryxmem.sync.gitrepo import Repo
-    from oryxmem.sync.gitsetup import staged_memory_files, tombstone_removals
+    from oryxmem.sync.gitsetup import credentials_added, memory_pathspec, tombstone_removals
 
     workspace = open_workspace(ctx.root)
     repo = Repo.holding(workspace.root)
-    paths = staged_memory_files(repo, workspace)
-    if _secrets_checked(workspace):
-        found = []
-        for path in paths:
-            text = repo.show("", path) or ""
-            found += [f"{path}:{f.describe()}" for f in secrets.find(text.split("\n"), path)]
-        if found:
-            for line in found:
-                click.echo(f"oryxmem: {line}", err=True)
-            click.echo(
-                "oryxmem: commit refused: what looks like a credential is staged in memory"
-                " (oryxmem forget it, or set memory.secrets = allow)",
-                err=True,
-            )
-            sys.exit(EXIT_ERROR)
-    for written in tombstone_removals(repo, paths):
+    pathspec = memory_pathspec(repo, workspace)
+    checked = _secrets_checked(workspace)
+    found = credentials_added(repo, "diff", "--cached", "--", pathspec) if checked else []
+    if found:
+        for line in found:
+            click.echo(f"oryxmem: {line}", err=True)
+        click.echo(
+            "oryxmem: commit refused: what looks like a credential is staged in memory"
+            " (oryxmem forget it, or set memory.secrets = allow)",
+            err=True,
+        )
+        sys.exit(EXIT_ERROR)
+    for written in tombstone_removals(repo, pathspec):
         click.echo(f"oryxmem: staged {written}: the entries this commit removes", err=True)
 
 
@@ -110,42 +105,11 @@ def scan(ctx: Context, history: bool) -> None:
     click.echo("no credentials found" + (" (files and history)" if history else ""), err=True)
 
 
-_HUNK_RE = re.compile(r"@@ -\d+(?:,\d+)? \+(\d+)")
-
-
 def _scan_history(workspace: Workspace) -> list[str]:
     """Every line ever added to a MEMORY.md, checked; as 'COMMIT:PATH:LINE: KIND'."""
-    from oryxmem import secrets
     from oryxmem.sync.gitrepo import Repo
+    from oryxmem.sync.gitsetup import credentials_added, memory_pathspec
 
     repo = Repo.holding(workspace.root)
-    log = repo.git(
-        "log",
-        "--all",
-        "-p",
-        "--unified=0",
-        "--no-color",
-        "--no-renames",
-        "--format=commit %H",
-        "--",
-        f"{repo.relative(workspace.os_dir)}/*MEMORY.md",
-    )
-    added: list[tuple[str, str, int, str]] = []
-    commit = path = ""
-    number = 0
-    for line in log.split("\n"):
-        if line.startswith("commit "):
-            commit = line[7:19]
-        elif line.startswith("+++ "):
-            path = line[6:] if line.startswith("+++ b/") else ""
-        elif line.startswith("@@"):
-            match = _HUNK_RE.match(line)
-            number = int(match.group(1)) if match else 0
-        elif line.startswith("+") and path:
-            added.append((commit, path, number, line[1:]))
-            number += 1
-    findings = secrets.find([text for *_, text in added])
-    return [
-        f"{added[f.line - 1][0]}:{added[f.line - 1][1]}:{added[f.line - 1][2]}: {f.kind}"
-        for f in findings
-    ]
+    log = ("log", "--all", "-p", "--format=commit %H", "--", memory_pathspec(repo, workspace))
+    return credentials_added(repo, *log)

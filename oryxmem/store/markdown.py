@@ -268,8 +268,7 @@ class MarkdownMemoryStore(LongTermMemoryStore):
                 SAVE_ATTEMPTS, lambda: self.append_locked(additions), self.forget
             )
             written_ns = time.time_ns()  # under the lock: writes to the file are in its order
-            if self.tombstones.read():  # saved again on purpose: no longer forgotten
-                self.tombstones.lift(entry.entry_id for entry in entries)
+            self.tombstones.lift(entry.entry_id for entry in entries)  # saved again on purpose
         return Append(before, entries, self.written_key, written_ns, after_others)
 
     # --- for callers that hold the lock across a longer operation (sync) ------

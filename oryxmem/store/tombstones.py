@@ -110,20 +110,21 @@ class Tombstones:
 
     def add(self, entries: Iterable[tuple[str, str | None]], when: str | None = None) -> list[str]:
         """Note these (id, entry time) as removed now; gives the ids not noted before."""
-        stones = dict(self.read())
-        stamp = when or now_utc()
+        stones = self.read()
         new = {entry_id: ts for entry_id, ts in entries if entry_id not in stones}
         if new:
-            stones.update((i, Stone(stamp, ts or NO_TIME)) for i, ts in new.items())
-            self._write(stones)
+            stamp = when or now_utc()
+            self._write({**stones, **{i: Stone(stamp, ts or NO_TIME) for i, ts in new.items()}})
         return list(new)
 
     def lift(self, entry_ids: Iterable[str]) -> list[str]:
-        """Let these entries be again (written anew on purpose); gives those lifted."""
-        stones = dict(self.read())
-        lifted = [entry_id for entry_id in entry_ids if stones.pop(entry_id, None) is not None]
+        """Let these entries be again (written anew on purpose); gives those lifted. Asked
+        at every save that finds tombstones: nothing is copied unless one is lifted."""
+        stones = self.read()
+        lifted = [entry_id for entry_id in entry_ids if entry_id in stones]
         if lifted:
-            self._write(stones)
+            gone = set(lifted)
+            self._write({i: stone for i, stone in stones.items() if i not in gone})
         return lifted
 
     def _write(self, stones: Mapping[str, Stone]) -> None:

@@ -109,7 +109,7 @@ def _edit_once(
             agreed = [entry.entry_id for entry in after.all_entries()]
             # Tombstones before the new agreed state: a crash between writes them again.
             gone = set(state.agreed).difference(agreed)
-            store.tombstones.add((i, by_id[i].ts if i in by_id else None) for i in sorted(gone))
+            store.tombstones.add((i, by_id[i].ts) for i in sorted(gone))  # agreed: in the file
             store.tombstones.lift(entry.entry_id for entry in written)  # written on purpose
             path = str(engine.workspace.memory_path(agent))
             sha = file_sha256(after.text)

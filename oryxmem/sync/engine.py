@@ -295,10 +295,9 @@ class SyncEngine:
     def _new_tombstones(self, agent: str, store: MarkdownMemoryStore, dry_run: bool) -> bool:
         """Has the agent's TOMBSTONES changed since the last reconcile read it (and does it
         name anything)? Then every entry is looked at again."""
-        stamp = store.tombstones.stamp()
-        changed = stamp != self._tombstones_seen.get(agent) and bool(store.tombstones.read())
-        if not dry_run:
-            self._tombstones_seen[agent] = stamp  # read now; this transaction acts on them
+        changed = self._tombstones_changed(agent) and bool(store.tombstones.read())
+        if not dry_run:  # read now; this transaction acts on them
+            self._tombstones_seen[agent] = store.tombstones.stamp()
         return changed
 
     def _take_stock(

@@ -28,12 +28,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from oryxmem import secrets
 from oryxmem.config import Config
 from oryxmem.store.markdown import MarkdownFiles
 from oryxmem.sync.git import find_git_dir, git_operation_in_progress
 from oryxmem.sync.gitrepo import GitError, Repo
-from oryxmem.sync.gitsetup import driver_missing, tombstone_removals
+from oryxmem.sync.gitsetup import (
+    credentials_added,
+    driver_missing,
+    memory_pathspec,
+    tombstone_removals,
+)
 from oryxmem.workspace import GLOBAL_AGENT, MEMORY_FILE, Workspace
 
 log = logging.getLogger("oryxmem.sync")
@@ -113,10 +117,11 @@ class GitSync:
         self.state.last_error = None
 
     def _pass(self, repo: Repo) -> None:
-        missing = driver_missing(self.workspace)
-        if missing and not self._told_missing:
-            log.warning("git sync: %s", missing)
-            self._told_missing = True
+        if not self._told_missing:
+            missing = driver_missing(self.workspace)
+            if missing:
+                log.warning("git sync: %s", missing)
+            self._told_missing = True  # asked once: a clone's config rarely changes
         branch = (
             str(self.config.get("sync.git.branch"))
             or repo.git("rev-parse", "--abbrev-ref", "HEAD").strip()
@@ -160,20 +165,18 @@ class GitSync:
         paths = [p for p in self._memory_paths(repo) if (repo.top / p).exists()]
         if not paths:
             return True
-        changed = repo.git("status", "--porcelain", "-z", "--untracked-files=all", "--", *paths)
-        if not changed:
-            return True
-        found = self._secrets(repo, changed)
-        if found:
-            self.state.waiting = f"not committed: {found}"
-            log.warning("git sync: nothing committed or pushed: %s", found)
-            return False
         repo.git("add", "-A", "--", *paths)
-        staged = _staged(repo, paths)
-        tombstone_removals(repo, [p for p in staged if p.endswith(f"/{MEMORY_FILE}")])
-        staged = _staged(repo, paths)
-        if not staged:
+        if not _staged(repo, paths):
             return True
+        pathspec = memory_pathspec(repo, self.workspace)
+        found = self._credentials(repo, pathspec)
+        if found:
+            repo.git("reset", "-q", "--", *paths)  # staged by us just now: not committed
+            self.state.waiting = f"not committed: {found} looks like a credential (oryxmem scan)"
+            log.warning("git sync: nothing committed or pushed: %s", self.state.waiting)
+            return False
+        tombstone_removals(repo, pathspec)
+        staged = _staged(repo, paths)
         numstat = repo.git("diff", "--cached", "--numstat", "--", *staged)
         message = commit_message(numstat)
         # Only these files: whatever else a person has staged stays staged, uncommitted.
@@ -181,22 +184,12 @@ class GitSync:
         self.state.last_commit = message
         return True
 
-    def _secrets(self, repo: Repo, porcelain: str) -> str | None:
-        """The first changed MEMORY.md line that looks like a credential, said."""
+    def _credentials(self, repo: Repo, pathspec: str) -> str | None:
+        """The first staged line added to a MEMORY.md that looks like a credential."""
         if str(self.config.get("memory.secrets")) == "allow":
             return None
-        for record in porcelain.split("\0"):
-            path = record[3:]
-            if not path.endswith(MEMORY_FILE):
-                continue
-            try:
-                text = (repo.top / path).read_text(encoding="utf-8")
-            except OSError:
-                continue
-            hits = secrets.find(text.split("\n"))
-            if hits:
-                return f"{path}:{hits[0].describe()} looks like a credential (oryxmem scan)"
-        return None
+        found = credentials_added(repo, "diff", "--cached", "--", pathspec)
+        return found[0] if found else None
 
     def _identity(self, repo: Repo) -> tuple[str, ...]:
         code, email = repo.try_git("config", "user.email")

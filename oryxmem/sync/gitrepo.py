@@ -9,10 +9,12 @@ never waits on a terminal.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from oryxmem.errors import NotARepositoryError
 
@@ -49,6 +51,16 @@ def git_env() -> dict[str, str]:
     return env
 
 
+_HUNK_RE = re.compile(r"@@ -\d+(?:,\d+)? \+(\d+)")
+
+
+class AddedLine(NamedTuple):
+    commit: str  # the short id, for ``git log -p``; "" for a diff
+    path: str
+    number: int  # 1-based, in the file as the diff leaves it
+    text: str
+
+
 @dataclass(frozen=True)
 class Repo:
     """The repository whose work tree holds the workspace."""
@@ -65,21 +77,34 @@ class Repo:
             ) from None
         return cls(Path(top))
 
-    def git(self, *args: str, check: bool = True, stdin: str | None = None) -> str:
-        return _run(self.top, *args, check=check, stdin=stdin)
+    def git(self, *args: str) -> str:
+        """git's output; GitError when it fails."""
+        return _run(self.top, *args)
 
     def try_git(self, *args: str) -> tuple[int, str]:
         """Exit code and output (stdout, then stderr) of a git command allowed to fail."""
-        done = subprocess.run(
-            [git_executable(), *args],
-            cwd=self.top,
-            env=git_env(),
-            capture_output=True,
-            text=True,
-            timeout=GIT_SECONDS,
-            check=False,
-        )
+        done = _completed(self.top, args)
         return done.returncode, (done.stdout + done.stderr).strip()
+
+    def added_lines(self, *diff: str) -> list[AddedLine]:
+        """The lines a diff adds (``git diff``/``git log -p`` arguments, run with -U0),
+        each with its file, its line number there and the commit it came in (log -p)."""
+        out = self.git(*diff, "--unified=0", "--no-color", "--no-renames", "--no-ext-diff")
+        added: list[AddedLine] = []
+        commit = path = ""
+        number = 0
+        for line in out.split("\n"):
+            if line.startswith("commit "):
+                commit = line[7:19]
+            elif line.startswith("+++ "):
+                path = line[6:] if line.startswith("+++ b/") else ""
+            elif line.startswith("@@"):
+                match = _HUNK_RE.match(line)
+                number = int(match.group(1)) if match else 0
+            elif line.startswith("+") and path:
+                added.append(AddedLine(commit, path, number, line[1:]))
+                number += 1
+        return added
 
     def relative(self, path: Path) -> str:
         return path.resolve().relative_to(self.top.resolve()).as_posix()
@@ -97,17 +122,20 @@ class Repo:
         return self.git("cat-file", "blob", f"{revision}:{path}")
 
 
-def _run(cwd: Path, *args: str, check: bool = True, stdin: str | None = None) -> str:
-    done = subprocess.run(
+def _completed(cwd: Path, args: tuple[str, ...]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
         [git_executable(), *args],
         cwd=cwd,
         env=git_env(),
-        input=stdin,
         capture_output=True,
         text=True,
         timeout=GIT_SECONDS,
         check=False,
     )
-    if check and done.returncode != 0:
+
+
+def _run(cwd: Path, *args: str) -> str:
+    done = _completed(cwd, args)
+    if done.returncode != 0:
         raise GitError(args, done.returncode, done.stderr.strip() or done.stdout.strip())
     return done.stdout

@@ -20,6 +20,7 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from oryxmem import secrets
 from oryxmem.errors import OryxError
 from oryxmem.launch import oryxmem_command
 from oryxmem.store import tombstones
@@ -146,11 +147,23 @@ def driver_missing(workspace: Workspace) -> str | None:
 # --- the pre-commit hook ------------------------------------------------------------
 
 
-def staged_memory_files(repo: Repo, workspace: Workspace) -> list[str]:
-    """Paths (from the top of the repository) of the MEMORY.md files this commit changes."""
-    os_dir = repo.relative(workspace.os_dir)
-    out = repo.git("diff", "--cached", "--name-only", "--diff-filter=ACMR", "-z", "--", os_dir)
-    return [path for path in out.split("\0") if path and Path(path).name == MEMORY_FILE]
+def memory_pathspec(repo: Repo, workspace: Workspace) -> str:
+    """Every MEMORY.md of the workspace, as a git pathspec (its ``*`` crosses folders)."""
+    return f"{repo.relative(workspace.os_dir)}/*{MEMORY_FILE}"
+
+
+def credentials_added(repo: Repo, *diff: str) -> list[str]:
+    """What looks like a credential in the lines a diff adds to MEMORY.md files (the
+    lines already there were checked when they came), each as 'PATH:LINE: KIND', with
+    'COMMIT:' first for ``git log -p``. Only the added lines: a commit to a file of
+    100,000 entries checks its few new lines, not the whole file."""
+    added = repo.added_lines(*diff)
+    said = []
+    for finding in secrets.find([line.text for line in added]):
+        line = added[finding.line - 1]
+        where = f"{line.commit}:" if line.commit else ""
+        said.append(f"{where}{line.path}:{line.number}: {finding.kind}")
+    return said
 
 
 def removed_in_commit(repo: Repo, path: str) -> list[tuple[str, str | None]]:
@@ -163,11 +176,15 @@ def removed_in_commit(repo: Repo, path: str) -> list[tuple[str, str | None]]:
     return [(e.entry_id, e.ts) for e in parse(before).all_entries() if e.entry_id not in kept]
 
 
-def tombstone_removals(repo: Repo, paths: list[str]) -> list[str]:
+def tombstone_removals(repo: Repo, pathspec: str) -> list[str]:
     """Write (and stage) the tombstones of what the staged MEMORY.md files remove; gives
-    the TOMBSTONES files it wrote."""
+    the TOMBSTONES files it wrote. Only the files the commit deletes lines from are read."""
     written = []
-    for path in paths:
+    numstat = repo.git("diff", "--cached", "--numstat", "--no-renames", "--", pathspec)
+    for line in numstat.splitlines():
+        _, removed, path = [*line.split("\t", 2), "", ""][:3]
+        if not removed.isdigit() or removed == "0":
+            continue
         gone = removed_in_commit(repo, path)
         if not gone:
             continue

@@ -276,6 +276,15 @@ def test_the_loop_waits_for_a_person_stays_inside_oryxos_and_backs_off(
         assert "BISECT_LOG" in (loop.state.waiting or "")
         assert git(a, "rev-parse", "HEAD").stdout == before
         git(a, "bisect", "reset")
+        # A key typed into a MEMORY.md by hand: nothing is committed, nothing left staged.
+        memory = a / ".oryxos" / "agents" / "coder" / "MEMORY.md"
+        clean = memory.read_text()
+        memory.write_text(clean + f"- [2026-01-01 00:00:00] aws {AWS}\n")
+        loop.step()
+        assert "AWS Access Key" in (loop.state.waiting or "")
+        assert git(a, "rev-parse", "HEAD").stdout == before
+        assert not git(a, "diff", "--cached", "--name-only").stdout
+        memory.write_text(clean)
         # The remote has a change outside .oryxos/: memory is committed, not merged or pushed.
         (b / "README").write_text("code, not memory\n")
         git(b, "add", "README")
