@@ -6,8 +6,8 @@ One pass:
 2. fetch the branch from the remote (outside any lock: the network may be slow);
 3. under every agent's file lock (no save lands in the middle): commit what changed in
    ``.oryxos/agents`` and ``.oryxos/memory`` (MEMORY.md, TOMBSTONES: never anything
-   else; the tombstones of entries removed by hand first; refused while a file holds
-   what looks like a credential), one commit naming agents and line counts; then merge
+   else; the tombstones of entries removed by hand first; refused while a line it
+   would add looks like a credential), one commit naming agents and line counts; then merge
    what was fetched, through the merge driver. A merge that would touch a file outside
    ``.oryxos/`` is not made (the person pulls that themselves); one that fails is
    aborted: the clone is never left mid-merge;

@@ -8,9 +8,9 @@ Three things, each idempotent:
   them: this installation's interpreter by its full path with ``-P`` (launch.py), never
   a name looked up in PATH or a file in the folder git runs in. Config is not cloned,
   so every clone needs this once; ``status`` and the daemon's log say when it lacks it;
-- a pre-commit hook (``oryxmem git pre-commit``) that refuses a staged MEMORY.md holding
-  a credential and writes the tombstones of the entries the commit removes. A hook that
-  was there already is kept beside it and run after ours.
+- a pre-commit hook (``oryxmem git pre-commit``) that refuses a commit adding a line that
+  looks like a credential to a MEMORY.md, and writes the tombstones of the entries the
+  commit removes. A hook that was there already is kept beside it and run after ours.
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ def hook_text(workspace: Workspace) -> str:
     command = shlex.join(oryxmem_command("--root", str(workspace.root), "git", "pre-commit"))
     return (
         "#!/bin/sh\n"
-        f"{HOOK_MARK} (oryxmem git setup): no credential in a staged MEMORY.md, and a\n"
+        f"{HOOK_MARK} (oryxmem git setup): no credential added to a MEMORY.md, and a\n"
         "# tombstone for each entry the commit removes. The hook that was here before is\n"
         f"# kept as pre-commit{CHAINED_SUFFIX} and runs after this one.\n"
         f"{command} || exit 1\n"
