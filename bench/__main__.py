@@ -6,7 +6,7 @@ machine's disk come with their ratio to a floor measured in the same run: one
 fsync'd atomic replace of a small file, and one SQLite commit (WAL, FULL).
 
 Run: python -m bench [--runs 3] [--quick]
-                    [--only store,sync,socket,lock,search,recall,agents,cold,console,context,
+                    [--only store,sync,socket,lock,search,scale,recall,agents,cold,console,context,
                             episodes,digest,mem0,git]
                     [--json | --markdown]
 """
@@ -30,6 +30,7 @@ from bench import (
     lock_bench,
     mem0_bench,
     recall_quality,
+    scale_bench,
     search_bench,
     socket_bench,
     store_bench,
@@ -43,6 +44,7 @@ BENCHMARKS = {
     "socket": socket_bench,
     "lock": lock_bench,
     "search": search_bench,
+    "scale": scale_bench,
     "recall": recall_quality,
     "agents": agents_bench,
     "cold": cold_bench,
@@ -84,6 +86,8 @@ QUICK = [
     "10000",
     "--git-rounds",
     "3",
+    "--scale-sizes",
+    "10000,100000",
 ]
 
 

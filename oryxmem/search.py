@@ -24,6 +24,8 @@ alone, far below the keyword arm's context), the multilingual e5-small model
 
 from __future__ import annotations
 
+import heapq
+import itertools
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -45,8 +47,9 @@ class WordsArm(Protocol):
 class MeaningArm(Protocol):
     """An index that scores rows by meaning (registry: arm "meaning"; vectors.py's)."""
 
-    def scores(self, db: Executes, agent: str, query: str) -> Scores:
-        """Every scored row's similarity to the query, and how many it could not score."""
+    def scores(self, db: Executes, agent: str, query: str, limit: int) -> Scores:
+        """The limit best rows' similarity to the query, the least of all, and how many
+        rows it could not score."""
         ...
 
 
@@ -62,6 +65,15 @@ EXACT_MIN_CHARS = 3  # shorter queries are words: the keyword arm ranks them
 # Candidates each arm brings to the fusion: a hit that is in neither arm's first this
 # many cannot make the top of a search for the few entries an agent asks for.
 POOL = 200
+# What found a row, by (whole query, its own words, its context only, its meaning).
+_ARMS = {
+    flags: tuple(
+        arm
+        for arm, yes in zip(("exact", "keyword", "context", "semantic"), flags, strict=True)
+        if yes
+    )
+    for flags in itertools.product((False, True), repeat=4)
+}
 
 
 @dataclass(frozen=True)
@@ -101,8 +113,8 @@ def rank(
     semantic_scores: dict[int, tuple[float, float]] = {}  # row -> (scaled, cosine)
     unembedded = 0
     if vectors is not None and mode in ("hybrid", "semantic"):
-        found = vectors.scores(db, agent, query)
-        semantic_scores = normalised_top(found.row_ids, found.similarity, POOL)
+        found = vectors.scores(db, agent, query, POOL)
+        semantic_scores = normalised_top(found.row_ids, found.similarity, POOL, found.lowest)
         unembedded = found.unembedded
     candidates = keyword_scores.keys() | semantic_scores.keys()
     exact = _holding_whole(db, query, candidates) if mode != "semantic" else set()
@@ -111,24 +123,29 @@ def rank(
         "keyword": (1.0, 0.0),
         "semantic": (0.0, 1.0),
     }[mode]
-    ranked = []
+    # (score, row id, arms) for every candidate something found; Ranked only for the best.
+    scored: list[tuple[float, int, tuple[str, ...]]] = []
     for row_id in candidates:
-        scaled, cosine = semantic_scores.get(row_id, (0.0, 0.0))
-        score = keyword_weight * keyword_scores.get(row_id, 0.0) + semantic_weight * scaled
-        if score <= 0 and row_id not in exact:
+        scaled = semantic_scores[row_id][0] if row_id in semantic_scores else 0.0
+        words = keyword_scores.get(row_id)
+        score = keyword_weight * (words or 0.0) + semantic_weight * scaled
+        is_exact = row_id in exact
+        if score <= 0 and not is_exact:
             continue  # the bottom of an arm's scale: nothing found it, in truth
-        found_by = {
-            "exact": row_id in exact,
-            "keyword": row_id in own,
-            # credited to the keyword arm only where an entry's own words match; one
-            # found only by the words of the entries before it says "context"
-            "context": row_id in keyword_scores and row_id not in own,
-            "semantic": row_id in semantic_scores,
-        }
-        ranked.append(Ranked(row_id, score, tuple(a for a, yes in found_by.items() if yes), cosine))
+        by_own = row_id in own
+        # credited to the keyword arm only where an entry's own words match; one found
+        # only by the words of the entries before it says "context"
+        arms = _ARMS[is_exact, by_own, words is not None and not by_own, row_id in semantic_scores]
+        scored.append((score, row_id, arms))
     # Those holding the whole query first, then by score; ties: the newer first.
-    ranked.sort(key=lambda r: ("exact" not in r.arms, -r.score, -r.row_id))
-    return Ranking(ranked[:limit], unembedded)
+    best = heapq.nsmallest(limit, scored, key=lambda s: ("exact" not in s[2], -s[0], -s[1]))
+    ranked = [
+        Ranked(
+            row_id, score, arms, semantic_scores[row_id][1] if row_id in semantic_scores else 0.0
+        )
+        for score, row_id, arms in best
+    ]
+    return Ranking(ranked, unembedded)
 
 
 def _keyword_arm(

@@ -228,7 +228,7 @@ def test_a_soak_of_saves_edits_mem0_adds_and_deletes_and_sigkill_loses_nothing(
     from oryxmem.store.format import parse
 
     rng = random.Random(int(os.environ.get("ORYXMEM_MEM0_SOAK_SEED", "14")))
-    steps = int(os.environ.get("ORYXMEM_MEM0_SOAK_STEPS", "60"))
+    steps = int(os.environ.get("ORYXMEM_MEM0_SOAK_STEPS", "40"))
     with mem0_endpoint(tmp_path / "server") as (url, server):
         mem0_workspace(workspace, mem0__transport="http", mem0__url=url)
         path = workspace.memory_path(AGENT)

@@ -19,7 +19,7 @@ from support.sync import cpu_load
 
 from oryxmem.workspace import Workspace
 
-SHORT_STEPS = 90
+SHORT_STEPS = 60
 LONG_RUN = os.environ.get("ORYXMEM_SOAK") == "1"
 LONG_SECONDS = float(os.environ.get("ORYXMEM_SOAK_SECONDS", "1800"))
 

@@ -22,7 +22,7 @@ from oryxmem.client import Client
 from oryxmem.workspace import Workspace
 
 CLIENTS = 8
-SAVES_EACH = 40
+SAVES_EACH = 28
 
 
 def test_saves_survive_an_editor_rewriting_from_old_buffers_again_and_again_under_load(
