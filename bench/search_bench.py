@@ -102,10 +102,12 @@ def vocabulary(types: int = WORD_TYPES) -> list[str]:
 
 _WORDS = vocabulary()
 _ZIPF = [1 / (rank + 1) for rank in range(len(_WORDS))]  # Zipf's law, exponent 1
+# Summed once: random.choices would sum 20,000 weights again for every sentence.
+_ZIPF_SUMS = list(itertools.accumulate(_ZIPF))
 
 
 def zipf_words(rng: random.Random, count: int) -> list[str]:
-    return rng.choices(_WORDS, _ZIPF, k=count)
+    return rng.choices(_WORDS, cum_weights=_ZIPF_SUMS, k=count)
 
 
 def sentences(count: int, seed: int = 7, words: list[str] | None = None) -> list[str]:
@@ -113,9 +115,10 @@ def sentences(count: int, seed: int = 7, words: list[str] | None = None) -> list
     rng = random.Random(seed)
     if words is None:
         return [f"{' '.join(zipf_words(rng, rng.randint(6, 16)))} ({i})" for i in range(count)]
-    weights = _ZIPF[: len(words)]
+    sums = _ZIPF_SUMS[: len(words)]
     return [
-        f"{' '.join(rng.choices(words, weights, k=rng.randint(6, 16)))} ({i})" for i in range(count)
+        f"{' '.join(rng.choices(words, cum_weights=sums, k=rng.randint(6, 16)))} ({i})"
+        for i in range(count)
     ]
 
 

@@ -40,6 +40,9 @@ CONTEXT_WEIGHT = 0.5  # a context term counts half as much as one of the entry's
 # words took up to 100 ms, and takes 5.
 COMMON_SHARE = 0.5
 COMMON_ENTRIES = 2000
+# The rarest of words all that common is found by counting each up to this many entries
+# (about 3 ms a word): words held by more are all as common as the query needs to know.
+RAREST_CAP = 16 * COMMON_ENTRIES
 
 
 class BM25Index(DerivedIndex):
@@ -100,18 +103,28 @@ class BM25Index(DerivedIndex):
         word no entry holds never crowds out a common one (in a memory of one entry,
         every word it holds is held by all)."""
         entries = int(db.execute("SELECT entries FROM memory_terms_count").fetchone()[0])
-        held = dict(
-            select_in(db, "SELECT term, doc FROM memory_terms_vocab WHERE term IN ({marks})", words)
-        )
-        present = [w for w in words if held.get(w, 0) > 0]  # the others match nothing
+        most = int(min(COMMON_SHARE * entries, COMMON_ENTRIES))
+        # Entries holding each word, counted up to one past `most`: FTS5's vocabulary table
+        # counts them all, reading a common word's whole list (a million entries: 32 ms).
+        held = {word: self._held(db, word, most + 1) for word in words}
+        present = [w for w in words if held[w] > 0]  # the others match nothing
         if not present:
             return words, False
-        most = min(COMMON_SHARE * entries, COMMON_ENTRIES)
         rare = [w for w in present if held[w] <= most]
         if rare:
             return rare, False
-        rarest = min(present, key=lambda w: held[w])
-        return [rarest], held[rarest] > COMMON_ENTRIES
+        counted = {word: self._held(db, word, RAREST_CAP) for word in present}
+        rarest = min(present, key=lambda w: counted[w])  # of words past the cap: the first
+        return [rarest], counted[rarest] > COMMON_ENTRIES
+
+    @staticmethod
+    def _held(db: Executes, word: str, cap: int) -> int:
+        """How many entries hold the word, counted up to cap."""
+        found = db.execute(
+            "SELECT count(*) FROM (SELECT 1 FROM memory_terms WHERE memory_terms MATCH ? LIMIT ?)",
+            [match_any([word]), cap],
+        ).fetchone()
+        return int(found[0])
 
     def _context(self, db: Executes, row: IndexRow) -> str:
         if row.scope != ARCHIVAL or row.ts is None:

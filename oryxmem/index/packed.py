@@ -73,7 +73,7 @@ class PackedVectors:
 
     # --- finding rows by id -----------------------------------------------------------
 
-    def positions(self, row_ids: Sequence[int]) -> npt.NDArray[np.int64]:
+    def positions(self, row_ids: Sequence[int] | npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
         """The positions of those of these rows that are live here (in no order)."""
         if not len(row_ids) or not len(self._ids):
             return np.zeros(0, np.int64)
@@ -100,7 +100,7 @@ class PackedVectors:
 
     # --- changing ---------------------------------------------------------------------
 
-    def forget(self, row_ids: Sequence[int]) -> None:
+    def forget(self, row_ids: Sequence[int] | npt.NDArray[np.int64]) -> None:
         places = self.positions(row_ids)
         if not len(places):
             return
@@ -110,7 +110,9 @@ class PackedVectors:
         self._sample.forget(gone)
         self.count -= len(places)
 
-    def take(self, row_ids: Sequence[int], vectors: npt.NDArray[Any]) -> None:
+    def take(
+        self, row_ids: Sequence[int] | npt.NDArray[np.int64], vectors: npt.NDArray[Any]
+    ) -> None:
         """Rows (again), their vectors in float16 or float32: written at the end."""
         if not len(row_ids):
             return

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -51,6 +51,9 @@ GONE_KEPT_STEPS = 2000
 # meaning at once. More is a backlog (a restore, a pull, a reindex): the indexer embeds
 # it, and a search meanwhile answers for those rows by words and says how many they are.
 FRESH_ROWS = 16
+READ_ROWS = 8192  # rows read at a time into an agent's copy
+# An agent with at least this share of the embedded rows is read by one scan of them.
+SCAN_SHARE = 0.25
 
 
 def text_key(text: str) -> str:
@@ -255,14 +258,8 @@ class VectorIndex(DerivedIndex):
                     )
                 ]
             )
-        cursor = db.execute(
-            "SELECT r.row_id, v.vector FROM memory_vector_rows r JOIN memory_vectors v"
-            " ON v.key = r.key WHERE r.agent = ? AND r.step > ?",
-            [agent, since],
-        )
-        while chunk := cursor.fetchmany(8192):  # a large agent is read in pieces
-            vectors = np.frombuffer(b"".join(row[1] for row in chunk), np.float16)
-            copy.take([row[0] for row in chunk], vectors.reshape(len(chunk), -1))
+        for row_ids, vectors in _stored(db, agent, since):
+            copy.take(row_ids, vectors)
         copy.step = last
         if not since:
             give_back_freed_memory()  # the pieces read
@@ -316,6 +313,55 @@ class VectorIndex(DerivedIndex):
         return int(
             db.execute("SELECT count(*) FROM memory_entries WHERE agent = ?", [agent]).fetchone()[0]
         )
+
+
+def _stored(
+    db: Executes, agent: str, since: int
+) -> Iterator[tuple[Sequence[int] | npt.NDArray[np.int64], npt.NDArray[np.float16]]]:
+    """The agent's rows taken in after step ``since`` and their vectors, in pieces. All of
+    an agent that holds a good share of the vectors is read in one pass over them, in
+    their order, not by looking each one up: a million took 11.6 s by key, 2 s so."""
+    if not since:
+        rows = db.execute(
+            "SELECT row_id, key FROM memory_vector_rows WHERE agent = ?", [agent]
+        ).fetchall()
+        total = int(db.execute("SELECT count(*) FROM memory_vector_rows").fetchone()[0])
+        if len(rows) >= SCAN_SHARE * total:
+            yield from _scanned(db, rows)
+            return
+    cursor = db.execute(
+        "SELECT r.row_id, v.vector FROM memory_vector_rows r JOIN memory_vectors v"
+        " ON v.key = r.key WHERE r.agent = ? AND r.step > ?",
+        [agent, since],
+    )
+    while chunk := cursor.fetchmany(READ_ROWS):
+        vectors = np.frombuffer(b"".join(row[1] for row in chunk), np.float16)
+        yield [row[0] for row in chunk], vectors.reshape(len(chunk), -1)
+
+
+def _scanned(
+    db: Executes, rows: Sequence[tuple[int, str]]
+) -> Iterator[tuple[npt.NDArray[np.int64], npt.NDArray[np.float16]]]:
+    """These (row id, key) rows' vectors, from one scan of memory_vectors: the keys sorted
+    (as bytes: 32 MB a million), each piece of the scan matched by binary search (rows
+    with the same text share a key, and each gets its vector)."""
+    keys = np.array([key.encode() for _, key in rows], "S32")
+    order = np.argsort(keys, kind="stable")
+    keys, ids = keys[order], np.array([row_id for row_id, _ in rows], np.int64)[order]
+    cursor = db.execute("SELECT key, vector FROM memory_vectors")
+    while chunk := cursor.fetchmany(READ_ROWS):
+        found = np.array([row[0].encode() for row in chunk], "S32")
+        left = np.searchsorted(keys, found, "left")
+        counts = np.searchsorted(keys, found, "right") - left
+        hit = np.flatnonzero(counts)
+        if not len(hit):
+            continue
+        vectors = np.frombuffer(b"".join(chunk[i][1] for i in hit), np.float16)
+        vectors = vectors.reshape(len(hit), -1)
+        each = counts[hit]
+        firsts = np.repeat(left[hit], each)
+        offsets = np.arange(len(firsts)) - np.repeat(np.cumsum(each) - each, each)
+        yield ids[firsts + offsets], np.repeat(vectors, each, axis=0)
 
 
 def _rescored(
