@@ -67,7 +67,7 @@ def _key(content: str, *, mask_numbers: bool) -> str:
     return f"trigger:{key}" if footprint else key
 
 
-@dataclass
+@dataclass(slots=True)  # one per distinct entry: a large memory holds 100,000s
 class Fold:
     """Entries that are near-duplicates of each other, oldest to newest."""
 

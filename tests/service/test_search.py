@@ -470,3 +470,43 @@ def test_a_search_with_no_daemon_right_after_an_editor_added_a_line_finds_it(
     assert "Deploys go through staging." in found.stdout, found.stderr
     hits = run_cli("search", "--agent", "ed", "-k", "1", "staging", env=env)
     assert "Deploys go through staging." in hits.stdout
+
+
+def test_the_rarest_of_words_all_common_is_found_by_counting_each_up_to_a_cap(
+    workspace: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every query word held by more than COMMON_ENTRIES entries: the rarest is matched,
+    counted up to RAREST_CAP (a word past it counts as the cap)."""
+    monkeypatch.setattr(bm25_module, "COMMON_ENTRIES", 2)
+    monkeypatch.setattr(bm25_module, "RAREST_CAP", 6)
+    fill(workspace, "coder", [f"alpha {n}" for n in range(9)] + [f"beta {n}" for n in range(4)])
+    service = MemoryService(workspace, Config.load(workspace.config_path))
+
+    def by_own_words() -> set[str]:
+        found = service.search("coder", "alpha beta", limit=20, mode="keyword")
+        return {hit.entry.content.split()[0] for hit in found.hits if "keyword" in hit.arms}
+
+    assert by_own_words() == {"beta"}  # 4 of them, alpha's 9 counted as 6
+    monkeypatch.setattr(bm25_module, "RAREST_CAP", 3)  # both past it: the query's first,
+    assert "beta" not in by_own_words()  # alpha, is matched (the newest hold it as context)
+    service.close()
+
+
+def test_vectors_are_read_whole_in_one_pass_or_by_key_and_a_shared_text_serves_both(
+    workspace: Workspace,
+) -> None:
+    """An agent holding most of the vectors is read by one pass over them, one holding few
+    by key; a text two agents hold is stored once and found by meaning for both."""
+    from oryxmem.index import vectors as vectors_module
+
+    fill(workspace, "big", [f"garden note number {n}" for n in range(30)] + [MEMORY[0]])
+    fill(workspace, "small", [MEMORY[0]])
+    service = MemoryService(workspace, Config.load(workspace.config_path))
+    while service.embed_step():
+        pass
+    assert sql(workspace, "SELECT count(*) FROM memory_vectors").strip() == "31"
+    vectors_module._MATRICES.clear()  # as a new process: every agent is read again
+    for agent in ("big", "small"):
+        result = service.search(agent, "what beverage does she enjoy", limit=1, mode="semantic")
+        assert contents(result.hits) == [MEMORY[0]]
+    service.close()
