@@ -7,7 +7,8 @@ straight into the index, as search_bench does: a search costs the same whatever 
 point at). Then, through a real daemon on a real socket:
 
 - cold start: from `oryxmem daemon` to its log saying it serves;
-- the first search, which reads the agent's vectors into memory;
+- the first search, which reads the agent's vectors into memory, and the first prompt
+  with a query, which parses the agent's MEMORY.md and folds its digest;
 - hybrid search p50 / p99 (the query's embedding included) and the prompt with a query;
 - the daemon's RSS with the model loaded and the agent's vectors in memory.
 
@@ -89,6 +90,9 @@ def one_size(size: int) -> list[Figure]:
             began = time.perf_counter()
             client.search("big", query, 10)
             searches.append((time.perf_counter() - began) * 1000)
+        began = time.monotonic()
+        client.prompt("big", query="the first prompt reads the file")
+        first_prompt = time.monotonic() - began
         prompts = []
         for query in queries[20:120]:
             began = time.perf_counter()
@@ -111,6 +115,7 @@ def one_size(size: int) -> list[Figure]:
             goal(size, "search", "ms"),
         ),
         Figure(f"  hybrid search p99 {at}", percentile(searches, 0.99), "ms"),
+        Figure(f"  first prompt with a query (parses MEMORY.md) {at}", first_prompt, "s"),
         Figure(
             f"  prompt with a query p50 {at}",
             statistics.median(prompts),

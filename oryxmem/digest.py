@@ -38,9 +38,9 @@ DIGEST_NOTE = (
 )
 
 _FOOTPRINT = re.compile(r'^trigger: user="(.*?)" reply=', re.S)
-_HEX = re.compile(r"\b[0-9a-f]{7,}\b")
-_DIGITS = re.compile(r"\d+")
-_NOT_WORD = re.compile(r"[^\w#]+")
+# Hex ids (7 or more hex digits, whole) and runs of digits: one pass, not two.
+_NUMBERS = re.compile(r"\b[0-9a-f]{7,}\b|\d+")
+_WORD = re.compile(r"[\w#]+")
 
 
 @lru_cache(maxsize=1 << 16)
@@ -62,8 +62,8 @@ def _key(content: str, *, mask_numbers: bool) -> str:
     footprint = _FOOTPRINT.match(content)
     text = (footprint.group(1) if footprint else content).casefold()
     if mask_numbers:
-        text = _DIGITS.sub("#", _HEX.sub("#", text))
-    key = " ".join(_NOT_WORD.sub(" ", text).split())
+        text = _NUMBERS.sub("#", text)
+    key = " ".join(_WORD.findall(text))
     return f"trigger:{key}" if footprint else key
 
 

@@ -31,6 +31,7 @@ from oryxmem.workspace import AgentRef
 if TYPE_CHECKING:
     from oryxmem.index.episodes import EpisodeHit
     from oryxmem.service.finding import Finding
+    from oryxmem.store.format import Entry
 
 # How many ranked entries a prompt's relevant part is filled from (each taken if it fits).
 RELEVANT_POOL = 60
@@ -63,18 +64,22 @@ class Prompting:
             part = ArchivalPart([omitted_note(omitted)] if omitted else [])
             part.lines += snapshot.archival.lines
             return memory_block(snapshot.core, part)
-        core, _ = shared.reader(ref).entries()
-        part = self.archival_part(ref, query)
+        core, archival = shared.reader(ref).entries()  # one copy of a long list, not two
+        part = self.archival_part(ref, query, archival)
         episodes = self.relevant_episodes(ref, query, session)
         return memory_block(core, part, episodes_part(episodes, shared.config.episodic_max_chars))
 
-    def archival_part(self, ref: AgentRef, query: str) -> ArchivalPart:
-        """The archival part of a block built for a query (prompt.archival_for_query)."""
+    def archival_part(
+        self, ref: AgentRef, query: str, archival: list[Entry] | None = None
+    ) -> ArchivalPart:
+        """The archival part of a block built for a query (prompt.archival_for_query), of
+        the agent's archival entries (read here when not given)."""
         from oryxmem.summarize import Server, model_lines  # only with a query
 
         shared = self.shared
         store = shared.reader(ref)
-        _, archival = store.entries()
+        if archival is None:
+            _, archival = store.entries()
         owner = str(shared.workspace.db_path)
         server = Server.of(shared.config)
         return archival_for_query(
