@@ -104,23 +104,16 @@ def one_size(size: int) -> list[Figure]:
         stop(proc)
         sock.unlink(missing_ok=True)
     at = f"at {size:,}"
+    median = statistics.median
     return [
         Figure(f"scale {at}: set up beforehand (rows, indexes, vectors)", took, "s"),
         Figure(f"  cold start to serving {at}", started, "s", goal(size, "start", "s")),
         Figure(f"  first search (reads the vectors) {at}", first, "s"),
-        Figure(
-            f"  hybrid search p50 {at}",
-            statistics.median(searches),
-            "ms",
-            goal(size, "search", "ms"),
-        ),
+        Figure(f"  hybrid search p50 {at}", median(searches), "ms", goal(size, "search", "ms")),
         Figure(f"  hybrid search p99 {at}", percentile(searches, 0.99), "ms"),
         Figure(f"  first prompt with a query (parses MEMORY.md) {at}", first_prompt, "s"),
         Figure(
-            f"  prompt with a query p50 {at}",
-            statistics.median(prompts),
-            "ms",
-            goal(size, "prompt", "ms"),
+            f"  prompt with a query p50 {at}", median(prompts), "ms", goal(size, "prompt", "ms")
         ),
         Figure(f"  daemon RSS, model and vectors loaded, {at}", rss, "MB", goal(size, "rss", "MB")),
     ]
