@@ -100,17 +100,16 @@ def run(args: argparse.Namespace) -> list[Figure]:
         print(f"episodes quality: no data at {args.data}; skipped (see ../shared/eval/README.md)")
         return []
     scores, times = evaluate(args.data)
-    columns = COLUMNS
     print(
-        f"{'ranking':<15} " + " ".join(f"{'any@' + str(k) if k in KS else k:>17}" for k in columns)
+        f"{'ranking':<15} " + " ".join(f"{'any@' + str(k) if k in KS else k:>17}" for k in COLUMNS)
     )
     for name, by_k in scores.items():
-        print(f"{name:<15} " + " ".join(f"{by_k[k]:>17.3f}" for k in columns))
+        print(f"{name:<15} " + " ".join(f"{by_k[k]:>17.3f}" for k in COLUMNS))
     hybrid = scores["hybrid rounds"]
     return [
         Figure("episode search any@5 (bm25 rounds)", scores["bm25 rounds"][5], ""),
         Figure("episode search any@5", hybrid[5], "", at_least(0.82, 21)),
-        *(Figure(f"  {c}", hybrid[c], "") for c in columns if isinstance(c, str)),
+        *(Figure(f"  {c}", hybrid[c], "") for c in COLUMNS if isinstance(c, str)),
         Figure("episode search p50", statistics.median(times), "ms"),
     ]
 

@@ -65,6 +65,7 @@ EXACT_MIN_CHARS = 3  # shorter queries are words: the keyword arm ranks them
 # Candidates each arm brings to the fusion: a hit that is in neither arm's first this
 # many cannot make the top of a search for the few entries an agent asks for.
 POOL = 200
+_NOT_SCORED = (0.0, 0.0)  # (scaled, cosine) of a row the semantic arm did not bring
 # What found a row, by (whole query, its own words, its context only, its meaning).
 _ARMS = {
     flags: tuple(
@@ -126,7 +127,7 @@ def rank(
     # (score, row id, arms) for every candidate something found; Ranked only for the best.
     scored: list[tuple[float, int, tuple[str, ...]]] = []
     for row_id in candidates:
-        scaled = semantic_scores[row_id][0] if row_id in semantic_scores else 0.0
+        scaled = semantic_scores.get(row_id, _NOT_SCORED)[0]
         words = keyword_scores.get(row_id)
         score = keyword_weight * (words or 0.0) + semantic_weight * scaled
         is_exact = row_id in exact
@@ -140,9 +141,7 @@ def rank(
     # Those holding the whole query first, then by score; ties: the newer first.
     best = heapq.nsmallest(limit, scored, key=lambda s: ("exact" not in s[2], -s[0], -s[1]))
     ranked = [
-        Ranked(
-            row_id, score, arms, semantic_scores[row_id][1] if row_id in semantic_scores else 0.0
-        )
+        Ranked(row_id, score, arms, semantic_scores.get(row_id, _NOT_SCORED)[1])
         for score, row_id, arms in best
     ]
     return Ranking(ranked, unembedded)

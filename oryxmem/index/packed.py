@@ -60,16 +60,19 @@ class PackedVectors:
 
     def __init__(self) -> None:
         self.step = 0  # the last step of the index this copy has taken in
-        self.width = 0
         self.scale = 0.0
         self._index: Any = None  # faiss IndexScalarQuantizer, made at the first take
         self._row_ids = np.zeros(0, np.int64)  # position -> row id
         self._alive = np.zeros(0, np.bool_)
         self.used = 0  # positions taken (forgotten ones count until compacted)
-        self.count = 0  # live rows
         self._ids = np.zeros(0, np.int64)  # live row ids, sorted ...
         self._places = np.zeros(0, np.int64)  # ... and their positions
         self._sample = _Sample()
+
+    @property
+    def count(self) -> int:
+        """Live rows."""
+        return len(self._ids)
 
     # --- finding rows by id -----------------------------------------------------------
 
@@ -108,7 +111,6 @@ class PackedVectors:
         self._alive[places] = False
         self._unindex_ids(gone)
         self._sample.forget(gone)
-        self.count -= len(places)
 
     def take(
         self, row_ids: Sequence[int] | npt.NDArray[np.int64], vectors: npt.NDArray[Any]
@@ -128,20 +130,20 @@ class PackedVectors:
         self._alive[self.used : end] = True
         self._index_ids(ids, np.arange(self.used, end, dtype=np.int64))
         self._sample.take(ids, floats)
-        self.used, self.count = end, self.count + len(ids)
+        self.used = end
         if self.used - self.count > self.used // 4:  # many forgotten: compact
             self.compact()
 
     def _start(self, floats: npt.NDArray[np.float32]) -> None:
         faiss = faiss_module()
-        self.width = floats.shape[1]
+        width = floats.shape[1]
         largest = float(np.abs(floats).max()) if floats.size else 0.0
         # Not below what a unit vector's components reach in practice (4 / sqrt(width)):
         # a first batch of one flat vector would leave no room for the others.
-        largest = max(largest, 4.0 / np.sqrt(self.width))
+        largest = max(largest, 4.0 / np.sqrt(width))
         self.scale = HEADROOM_CODE / largest
         self._index = faiss.IndexScalarQuantizer(
-            self.width, faiss.ScalarQuantizer.QT_8bit_direct_signed, faiss.METRIC_INNER_PRODUCT
+            width, faiss.ScalarQuantizer.QT_8bit_direct_signed, faiss.METRIC_INNER_PRODUCT
         )
 
     def _codes(self, floats: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:

@@ -18,6 +18,7 @@ again when it has fallen further behind than the forgotten rows are kept.
 from __future__ import annotations
 
 import hashlib
+import sys
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -280,12 +281,12 @@ class VectorIndex(DerivedIndex):
         fresh = index_rows(db, fresh_ids)
         matrices = self._matrices(db)
         with matrices.lock:
-            nothing = not self._current(db, agent).count and not fresh
+            copy = self._current(db, agent)
+            nothing = not copy.count and not fresh
         if nothing:
             return Scores(empty.row_ids, empty.similarity, unembedded)
         vector = self.embedder.query_vector(query)  # with no lock held: 2 to 4 ms
-        with matrices.lock:
-            copy = self._current(db, agent)
+        with matrices.lock:  # (another thread may take rows into the copy meanwhile)
             row_ids, _ = copy.best(vector, limit, fresh_ids)
             lowest = copy.lowest(vector, fresh_ids)
         row_ids, similarity = _rescored(db, row_ids, vector, limit)
@@ -299,7 +300,7 @@ class VectorIndex(DerivedIndex):
         return Scores(row_ids, similarity, unembedded, lowest)
 
     def search(self, db: Executes, agent: str, query: str, limit: int | None) -> list[Hit]:
-        found = self.scores(db, agent, query, limit or self._rows_of(db, agent))
+        found = self.scores(db, agent, query, sys.maxsize if limit is None else limit)
         row_ids, similarity = found.row_ids, found.similarity
         if not len(row_ids):
             return []
@@ -307,12 +308,6 @@ class VectorIndex(DerivedIndex):
         top = np.argpartition(-similarity, count - 1)[:count]
         top = top[np.argsort(-similarity[top], kind="stable")]
         return [Hit(int(row_ids[i]), float(similarity[i])) for i in top]
-
-    @staticmethod
-    def _rows_of(db: Executes, agent: str) -> int:
-        return int(
-            db.execute("SELECT count(*) FROM memory_entries WHERE agent = ?", [agent]).fetchone()[0]
-        )
 
 
 def _stored(
@@ -322,12 +317,11 @@ def _stored(
     an agent that holds a good share of the vectors is read in one pass over them, in
     their order, not by looking each one up: a million took 11.6 s by key, 2 s so."""
     if not since:
-        rows = db.execute(
-            "SELECT row_id, key FROM memory_vector_rows WHERE agent = ?", [agent]
-        ).fetchall()
-        total = int(db.execute("SELECT count(*) FROM memory_vector_rows").fetchone()[0])
-        if len(rows) >= SCAN_SHARE * total:
-            yield from _scanned(db, rows)
+        held = db.execute("SELECT count(*) FROM memory_vector_rows WHERE agent = ?", [agent])
+        total = db.execute("SELECT count(*) FROM memory_vector_rows")
+        if int(held.fetchone()[0]) >= SCAN_SHARE * int(total.fetchone()[0]):
+            rows = db.execute("SELECT row_id, key FROM memory_vector_rows WHERE agent = ?", [agent])
+            yield from _scanned(db, rows.fetchall())
             return
     cursor = db.execute(
         "SELECT r.row_id, v.vector FROM memory_vector_rows r JOIN memory_vectors v"

@@ -510,3 +510,18 @@ def test_vectors_are_read_whole_in_one_pass_or_by_key_and_a_shared_text_serves_b
         result = service.search(agent, "what beverage does she enjoy", limit=1, mode="semantic")
         assert contents(result.hits) == [MEMORY[0]]
     service.close()
+
+
+def test_the_vector_index_searches_alone_as_every_index_does(service: MemoryService) -> None:
+    """DerivedIndex.search: the rows best first, all of them without a limit."""
+    vectors = service.vector_index()
+    assert vectors is not None
+    while service.embed_step():
+        pass
+    every = vectors.search(service.db, "coder", "what beverage does she enjoy", None)
+    assert len(every) == len(MEMORY)
+    assert [hit.score for hit in every] == sorted((hit.score for hit in every), reverse=True)
+    two = vectors.search(service.db, "coder", "what beverage does she enjoy", 2)
+    assert [hit.row_id for hit in two] == [hit.row_id for hit in every[:2]]
+    found = {row[0]: row[1] for row in service.db.execute("SELECT id, content FROM memory_entries")}
+    assert found[every[0].row_id] == MEMORY[0]
