@@ -33,6 +33,9 @@ class Background:
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self.steps = 0
         self.last_error: str | None = None
+        # A step that has work it means to do later (not at once) sets this: the
+        # thread looks again after these seconds, not idle_seconds.
+        self.look_again_in: float | None = None
 
     def start(self) -> None:
         self._thread.start()
@@ -75,5 +78,6 @@ class Background:
                 continue
             if more:
                 continue
-            self._wake.wait(self.idle_seconds)
+            wait, self.look_again_in = self.look_again_in, None
+            self._wake.wait(self.idle_seconds if wait is None else min(wait, self.idle_seconds))
             self._wake.clear()

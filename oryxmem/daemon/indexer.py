@@ -11,6 +11,14 @@ a short write. It runs at a lower priority (nice
 searches go first on a busy machine. It is woken when saves were mirrored, a reconcile
 changed rows or a message was added to a session, and looks on its own every
 RESCAN_SECONDS.
+
+Each of its writes holds the database's write lock, and another program writing the
+tables without a busy timeout fails meanwhile; so a trickle of rows (fewer than a
+batch: the saves of one client) waits up to GATHER_SECONDS for more and is embedded in
+one step, not one step a mirror. A search embeds the few rows the vectors lack itself
+(vectors.FRESH_ROWS), so it finds them by meaning meanwhile. What it writes is derived
+(rebuilt from the rows if lost), so its commits are not synced (synchronous=NORMAL): a
+shorter hold of the lock, and no fsync competing with the saves'.
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 
 from oryxmem.daemon.background import Background
 from oryxmem.service import MemoryService
@@ -26,6 +35,7 @@ log = logging.getLogger("oryxmem.daemon")
 RESCAN_SECONDS = 5.0
 NICENESS = 10
 RETRY_SECONDS = 2.0  # after a failed step (the database busy, the disk full)
+GATHER_SECONDS = 1.0  # the longest a trickle of rows waits for more before it is embedded
 
 
 class Indexer(Background):
@@ -40,17 +50,37 @@ class Indexer(Background):
         )
         self.upkeep = service.upkeep  # the one room it uses
         self.taken = 0
+        self._trickle_since: float | None = None  # when rows fewer than a batch were seen
 
     def on_start(self) -> None:
         try:
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), NICENESS)
         except OSError as error:  # not allowed here: it runs at the usual priority
             log.info("the indexer keeps its priority: %s", error)
+        self.service.db.execute("PRAGMA synchronous = NORMAL")  # derived only: see above
 
     def step(self) -> bool:
         taken = self.upkeep.words_step()
         if not taken:
-            taken = self.upkeep.embed_step() if self.upkeep.vector_index() else 0
+            if self.upkeep.vector_index() and not self._gathering():
+                taken = self.upkeep.embed_step()
             taken += self.upkeep.episodes_step()
         self.taken += taken
         return taken > 0
+
+    def _gathering(self) -> bool:
+        """Do the rows the vectors lack wait for more (fewer than a batch, for less than
+        GATHER_SECONDS)? Then the thread looks again once they are due."""
+        waiting, batch = self.upkeep.embeds_waiting()
+        if not waiting or waiting >= batch:
+            self._trickle_since = None
+            return False
+        now = time.monotonic()
+        if self._trickle_since is None:
+            self._trickle_since = now
+        left = self._trickle_since + GATHER_SECONDS - now
+        if left <= 0:
+            self._trickle_since = None
+            return False
+        self.look_again_in = left
+        return True

@@ -97,9 +97,14 @@ class DerivedIndex(ABC):
     def search(self, db: Executes, agent: str, query: str, limit: int | None) -> list[Hit]:
         """The agent's rows that match query, best first (at most limit of them)."""
 
-    def prepare(self, rows: Sequence[IndexRow]) -> None:  # noqa: B027 (most need nothing)
+    def prepare(self, rows: Sequence[IndexRow]) -> None:
         """Work add() will need for these rows that can be done before the write lock is
-        taken (embedding them): slow indexes do it here; the others need nothing."""
+        taken (embedding them): slow indexes do it here; by default, prepare_texts."""
+        self.prepare_texts([row.content for row in rows])
+
+    def prepare_texts(self, texts: Sequence[str]) -> None:  # noqa: B027 (most need nothing)
+        """What prepare does that needs only the rows' texts (stemming them): done for
+        saves before the mirror's transaction, when their rows do not exist yet."""
 
     def dependents(self, db: Executes, row_ids: Sequence[int]) -> list[int]:
         """Other rows whose entry in this index changes when these rows change (an index
@@ -313,9 +318,14 @@ def upcoming(db: Executes, index: DerivedIndex, rows: int | None = None) -> Step
 
 
 def behind_by_more_than(db: Executes, index: DerivedIndex, rows: int) -> bool:
-    """Has the index more than ``rows`` rows to take in (changes since its cursor, rows a
-    rebuild has still to reach, or every row when it was never built here)? At most
-    rows + 1 of each are looked at: a probe, whatever the backlog."""
+    """Has the index more than ``rows`` rows to take in?"""
+    return waiting_rows(db, index, rows + 1) > rows
+
+
+def waiting_rows(db: Executes, index: DerivedIndex, most: int) -> int:
+    """How many rows the index has to take in (changes since its cursor, rows a rebuild
+    has still to reach, or every row when it was never built here), counted up to
+    ``most`` of each: a probe, whatever the backlog."""
     state = built_state(db, index)
     probes: list[tuple[str, list[int]]]
     if state is None:
@@ -328,9 +338,9 @@ def behind_by_more_than(db: Executes, index: DerivedIndex, rows: int) -> bool:
             )
     total = 0
     for probe, args in probes:
-        counted = db.execute(f"SELECT count(*) FROM ({probe})", [*args, rows + 1]).fetchone()
+        counted = db.execute(f"SELECT count(*) FROM ({probe})", [*args, most]).fetchone()
         total += int(counted[0])
-    return total > rows
+    return total
 
 
 def catch_up(

@@ -75,10 +75,10 @@ class BM25Index(DerivedIndex):
         ).rowcount
         db.execute("UPDATE memory_terms_count SET entries = entries - ?", [max(gone, 0)])
 
-    def prepare(self, rows: Sequence[IndexRow]) -> None:
+    def prepare_texts(self, texts: Sequence[str]) -> None:
         """Stem the rows' texts before the write lock is taken (their context is mostly
         the rows just before them, in the same batch)."""
-        self._terms = {r.content: index_text(r.content) for r in rows}
+        self._terms = {text: index_text(text) for text in texts}
 
     def _text(self, content: str) -> str:
         terms = self._terms.get(content)

@@ -102,7 +102,11 @@ class MemoryService:
 
     @cached_property
     def saving(self) -> Saving:
-        return Saving(self.shared, lambda: self.upkeep.take_a_step())
+        return Saving(
+            self.shared,
+            lambda: self.upkeep.take_a_step(),
+            lambda texts: self.upkeep.prepare_texts(texts),
+        )
 
     @cached_property
     def upkeep(self) -> Upkeep:

@@ -101,11 +101,18 @@ class _Unmirrored:
 
 
 class Saving:
-    def __init__(self, shared: Shared, indexes_take_a_step: Callable[[], object]) -> None:
+    def __init__(
+        self,
+        shared: Shared,
+        indexes_take_a_step: Callable[[], object],
+        indexes_prepare: Callable[[Sequence[str]], object],
+    ) -> None:
         """``indexes_take_a_step``: the indexes that follow saves take in a batch of the
-        rows (in the mirror's transaction, when it is asked to)."""
+        rows (in the mirror's transaction, when it is asked to); ``indexes_prepare``:
+        they prepare the saves' texts before it (Upkeep.prepare_texts)."""
         self.shared = shared
         self._indexes_take_a_step = indexes_take_a_step
+        self._indexes_prepare = indexes_prepare
         self._unmirrored: dict[str, _Unmirrored] = {}
         # Tool calls answered but not yet in tool_invocations, with when the first came
         # (monotonic): written with the next mirror, in its transaction. Queued from
@@ -286,6 +293,9 @@ class Saving:
         lagging = list(pending)
         db = self.shared.db
         try:
+            if indexes_follow:
+                texts = [e.content for s in pending.values() for a in s.appends for e in a.entries]
+                self._indexes_prepare(texts)
             with write_transaction(db):
                 insert_tool_records(db, records)
                 for agent, saves in pending.items():

@@ -32,6 +32,7 @@ from oryxmem.index import (
     pending,
     rebuild,
     upcoming,
+    waiting_rows,
 )
 from oryxmem.registry import INDEXES, arm_index, index_names, indexes_of
 from oryxmem.service.shared import Shared
@@ -111,6 +112,12 @@ class Upkeep:
     ) -> int:
         return sum(catch_up(self.shared.db, index, max_steps, rows) for index in indexes)
 
+    def prepare_texts(self, texts: Sequence[str]) -> None:
+        """Before the mirror's transaction: what the indexes that follow saves can do on
+        the saves' texts with no lock held (stem them), so the transaction is short."""
+        for index in self.following_saves():
+            index.prepare_texts(texts)
+
     def take_a_step(self) -> int:
         """One small step of each index that follows saves, in the caller's transaction."""
         return self._catch_up(self.following_saves(), max_steps=1, rows=FOLLOW_ROWS)
@@ -167,6 +174,17 @@ class Upkeep:
             self._note_taken(index.name, step)
             taken += step
         return taken
+
+    def embeds_waiting(self) -> tuple[int, int]:
+        """Rows the slow indexes (the vectors) have to take in, counted up to one batch
+        of each (a probe, whatever the backlog), and the rows of those batches."""
+        db = self.shared.db
+        waiting = batches = 0
+        for index in self.indexes.values():
+            if not index.follows_saves:
+                waiting += waiting_rows(db, index, index.batch)
+                batches += index.batch
+        return waiting, batches
 
     def embed_step(self) -> int:
         """One step of each slow index (the vectors): the rows of the next batch are

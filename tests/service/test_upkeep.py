@@ -116,3 +116,71 @@ def test_a_vectors_step_takes_in_what_it_embedded_before_the_lock_and_no_more(
     assert service.upkeep.embed_step() == 1
     assert embedded[1] == ["a note saved while the step embedded"]
     assert under_lock == [] and backlog_of(service)["vectors"] == 0
+
+
+def test_a_trickle_of_rows_waits_for_more_and_is_embedded_in_one_step(
+    in_daemon: MemoryService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each write holds the database's write lock: the rows of a few saves wait (up to
+    GATHER_SECONDS) for more, then go in with one step."""
+    import oryxmem.daemon.indexer as indexer_module
+
+    now = [1000.0]
+    monkeypatch.setattr(indexer_module.time, "monotonic", lambda: now[0])
+    service = in_daemon
+    indexer = Indexer(service)
+    steps: list[int] = []
+    real_step = service.upkeep.embed_step
+    monkeypatch.setattr(service.upkeep, "embed_step", lambda: steps.append(1) or real_step())
+    arrive(service, "a", ["a note about tea"])
+    assert not indexer.step()
+    assert indexer.look_again_in == pytest.approx(indexer_module.GATHER_SECONDS)
+    now[0] += indexer_module.GATHER_SECONDS / 2
+    arrive(service, "a", ["a note about coffee", "a note about water"])
+    assert not indexer.step()
+    assert indexer.look_again_in == pytest.approx(indexer_module.GATHER_SECONDS / 2)
+    assert steps == [] and backlog_of(service)["vectors"] == 3
+    now[0] += indexer_module.GATHER_SECONDS / 2
+    assert indexer.step()
+    assert steps == [1] and backlog_of(service)["vectors"] == 0
+    # A whole batch does not wait.
+    batch = service.upkeep.indexes["vectors"].batch
+    arrive(service, "a", [f"note {n} about juice" for n in range(batch)])
+    assert indexer.step()
+    assert steps == [1, 1] and backlog_of(service)["vectors"] == 0
+
+
+def test_the_indexer_commits_unsynced_and_the_rows_stay_synced(
+    workspace: Workspace, in_daemon: MemoryService
+) -> None:
+    """What the indexer writes is derived (rebuilt if a power loss takes it): its commits
+    skip the fsync; the rows' connection keeps synchronous=FULL."""
+    indexer = Indexer(in_daemon)
+    indexer.on_start()
+    assert in_daemon.db.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
+    other = MemoryService(workspace, Config.load(workspace.config_path), in_daemon=True)
+    try:
+        assert other.db.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+    finally:
+        other.close()
+
+
+def test_a_mirror_stems_the_saves_before_its_transaction(
+    in_daemon: MemoryService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import oryxmem.index.bm25 as bm25_module
+
+    service = in_daemon
+    stemmed: list[tuple[str, bool]] = []
+    real = bm25_module.index_text
+
+    def index_text(text: str) -> str:
+        stemmed.append((text, service.db.conn.in_transaction))
+        return real(text)
+
+    monkeypatch.setattr(bm25_module, "index_text", index_text)
+    service.save("a", "the kettle whistles in the morning")
+    mine = [inside for text, inside in stemmed if text == "the kettle whistles in the morning"]
+    assert mine == [False]
+    hits = service.search("a", "kettle").hits
+    assert [h.entry.content for h in hits] == ["the kettle whistles in the morning"]
