@@ -10,6 +10,8 @@ it is imported at the first check, so a command that checks nothing never loads 
 
 from __future__ import annotations
 
+import functools
+import re
 import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -53,9 +55,12 @@ def find(lines: Iterable[str], filename: str = "MEMORY.md") -> list[Finding]:
     if not any(line.strip() for _, line in numbered):
         return []
     from detect_secrets.core.scan import _process_line_based_plugins
+    from detect_secrets.settings import get_plugins
 
     with _lock:
         _configure()
+        if not any(_a_plugin_matches(get_plugins(), line, filename) for _, line in numbered):
+            return []
         found: Iterator[Any] = _process_line_based_plugins(numbered, filename)
         seen: dict[tuple[int, str], Finding] = {}
         for secret in found:
@@ -64,6 +69,33 @@ def find(lines: Iterable[str], filename: str = "MEMORY.md") -> list[Finding]:
             if key not in seen:
                 seen[key] = Finding(secret.line_number, secret.type, value)
     return sorted(seen.values(), key=lambda item: (item.line, item.kind))
+
+
+def _a_plugin_matches(plugins: Iterable[Any], line: str, filename: str) -> bool:
+    """Does any plugin see a candidate in the line, before detect-secrets' filters? What
+    its scan finds is a candidate of a plugin that no filter dropped, so a text where no
+    plugin sees one holds nothing: the plugins are asked directly (a few regexes each),
+    without the scan's per-call machinery, which costs four times as much; the rare line
+    where one does is scanned by detect-secrets as a whole. The keyword detector's
+    patterns each hold its list of words (``DENYLIST``): a line with none of them is not
+    run through its long patterns."""
+    from detect_secrets.plugins.keyword import KeywordDetector
+
+    stripped = line.rstrip()  # as the scan reads each line
+    for plugin in plugins:
+        if isinstance(plugin, KeywordDetector) and not _keywords().search(stripped):
+            continue
+        if plugin.analyze_line(filename=filename, line=stripped):
+            return True
+    return False
+
+
+@functools.cache
+def _keywords() -> re.Pattern[str]:
+    """Any of the keyword detector's words, as its patterns match them (ignoring case)."""
+    from detect_secrets.plugins.keyword import DENYLIST
+
+    return re.compile("|".join(DENYLIST), re.IGNORECASE)
 
 
 def checked_content(content: str, mode: str) -> str:

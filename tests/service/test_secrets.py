@@ -1,0 +1,64 @@
+"""The save check's credentials (secrets.py): its quick look at the plugins first finds
+exactly what detect-secrets' own scan finds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from oryxmem import secrets
+
+SAMPLES = Path(__file__).parents[1] / "samples"
+SECRET_LINES = [
+    "the deploy key is AKIAIOSFODNN7EXAMPLE",
+    "password = 'hunter2hunter2'",
+    'db_pass: "s3cr3t-Passw0rd-here"',
+    "api_key := bar-value-12345",
+    "-----BEGIN RSA PRIVATE KEY-----",
+    "clone https://ada:correct-horse-battery@git.example.com/repo.git",
+    "token ghp_aBcDeFgHiJkLmNoPqRsTuVwXyZ0123456789",
+    "slack xoxb-123456789012-1234567890123-AbCdEfGhIjKlMnOpQrStUvWx",
+    "stripe sk_live_4eC39HqLyjWDarjtT1zdp7dc",
+    "jwt eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
+    'quoted "c2VjcmV0IGtleSBmb3IgdGhlIHByb2QgZGF0YWJhc2UgaGVyZQ==" in a note',
+    "hex '8b1a9953c4611296a827abf8c47804d7e6c49c6b'",
+    "the server is at 8.8.4.4 now",
+]
+
+
+def library_scan(lines: list[str]) -> list[secrets.Finding]:
+    """detect-secrets' scan of every line, as find() ran it before its quick look."""
+    from detect_secrets.core.scan import _process_line_based_plugins
+
+    with secrets._lock:
+        secrets._configure()
+        found = {
+            (s.line_number, s.secret_value or ""): secrets.Finding(
+                s.line_number, s.type, s.secret_value or ""
+            )
+            for s in _process_line_based_plugins(list(enumerate(lines, start=1)), "MEMORY.md")
+        }
+    return sorted(found.values(), key=lambda item: (item.line, item.kind))
+
+
+def test_the_quick_look_finds_what_detect_secrets_finds() -> None:
+    lines = [line for path in sorted(SAMPLES.glob("*.md")) for line in path.read_text().split("\n")]
+    lines += SECRET_LINES
+    lines += [f"password is not a secret here {n}" for n in range(3)]  # a keyword, no value
+    for line in lines:
+        assert secrets.find([line]) == library_scan([line]), line
+    assert secrets.find(lines) == library_scan(lines)
+    assert sum(bool(secrets.find([line])) for line in SECRET_LINES) >= len(SECRET_LINES) - 2
+
+
+def test_every_keyword_pattern_holds_the_keyword_list() -> None:
+    """What lets a line without any of the words skip the keyword detector's patterns."""
+    from detect_secrets.plugins.keyword import (
+        DENYLIST,
+        QUOTES_REQUIRED_DENYLIST_REGEX_TO_GROUP,
+        REGEX_BY_FILETYPE,
+    )
+
+    words = "|".join(DENYLIST)
+    tables = [*REGEX_BY_FILETYPE.values(), QUOTES_REQUIRED_DENYLIST_REGEX_TO_GROUP]
+    patterns = [regex for table in tables for regex in table]
+    assert patterns and all(words in regex.pattern for regex in patterns)
