@@ -142,11 +142,8 @@ class EpisodeIndex:
 
     def ensure(self, db: Database) -> None:
         """The tables, made (again) when missing or made for another version or model."""
-        exists = db.execute("SELECT 1 FROM sqlite_master WHERE name = 'episode_meta'").fetchone()
-        if exists:
-            row = db.execute("SELECT identity FROM episode_meta").fetchone()
-            if row is not None and row[0] == self.identity:
-                return
+        if self._is_current(db):
+            return
         with write_transaction(db):
             self._drop(db)
             db.execute("CREATE TABLE episode_meta (identity TEXT NOT NULL)")
@@ -165,6 +162,14 @@ class EpisodeIndex:
                 "CREATE TABLE episode_state (session TEXT PRIMARY KEY, messages INTEGER NOT NULL,"
                 " updated_at TEXT)"
             )
+
+    def _is_current(self, db: Executes) -> bool:
+        """Are the tables there, made for this version and model?"""
+        exists = db.execute("SELECT 1 FROM sqlite_master WHERE name = 'episode_meta'").fetchone()
+        if not exists:
+            return False
+        row = db.execute("SELECT identity FROM episode_meta").fetchone()
+        return row is not None and row[0] == self.identity
 
     def drop(self, db: Database) -> None:
         with write_transaction(db):
@@ -209,6 +214,7 @@ class EpisodeIndex:
         their rounds are made (and embedded) with no transaction open, then written in
         one short one. Returns the sessions taken in."""
         self.ensure(db)
+        gone = self._gone(db)
         work: list[_Taken] = []
         touched = []  # seen again, nothing new: only their updated_at is kept
         for session, had in self._candidates(db):
@@ -225,15 +231,14 @@ class EpisodeIndex:
                 touched.append((session, had, updated_at))
             else:
                 work.append(self._take(session, agent, messages, had))
-        gone = [
-            row[0]
-            for row in db.execute(
-                "SELECT session FROM episode_state WHERE session NOT IN (SELECT id FROM sessions)"
-            )
-        ]
         if not (work or touched or gone):
             return 0  # nothing to write: the write lock is not taken
         with write_transaction(db):
+            # Another connection may have dropped the tables while the rounds were made
+            # (a reindex): the next step makes them again and takes everything in.
+            if not self._is_current(db):
+                return 0
+            gone = self._gone(db)
             for taken in work:
                 self._write(db, taken)
             for session, count, updated_at in touched:
@@ -242,6 +247,16 @@ class EpisodeIndex:
                 self._forget(db, session, 0)
                 db.execute("DELETE FROM episode_state WHERE session = ?", [session])
         return len(work) + len(gone)
+
+    @staticmethod
+    def _gone(db: Executes) -> list[str]:
+        """The sessions taken in that are no longer there."""
+        return [
+            str(row[0])
+            for row in db.execute(
+                "SELECT session FROM episode_state WHERE session NOT IN (SELECT id FROM sessions)"
+            )
+        ]
 
     def _take(self, session: str, agent: str, messages: list[Any], had: int) -> _Taken:
         """The rounds of a session from the one that held the last message taken in (it

@@ -71,6 +71,33 @@ def test_the_episode_index_is_derived_dropped_it_is_made_again(service: MemorySe
     assert service.index_summary()["episodes"]["pending"] == 0
 
 
+def test_a_step_whose_tables_another_connection_dropped_meanwhile_writes_nothing(
+    workspace: Workspace, service: MemoryService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reindex drops the tables while the indexer makes a step's rounds: that step
+    writes nothing (and fails on nothing); the next makes them again and takes all in."""
+    talk(service, "a", ("where is the staging server?", "staging runs on hetzner-2"))
+    index = service.episodes
+    assert index is not None
+    index.drop(service.db)
+    other = MemoryService(workspace, Config.load(workspace.config_path))
+    real_take = index._take
+
+    def take_while_a_reindex_drops(*args):  # type: ignore[no-untyped-def]
+        made = real_take(*args)
+        index.drop(other.db)
+        return made
+
+    monkeypatch.setattr(index, "_take", take_while_a_reindex_drops)
+    try:
+        assert index.catch_up(service.db) == 0
+    finally:
+        other.close()
+    monkeypatch.undo()
+    assert index.catch_up(service.db) == 1
+    assert "hetzner-2" in service.search_episodes("a", "staging server")[0].text
+
+
 def jsonl(path: Path, messages: list[dict[str, str]]) -> Path:
     path.write_text("".join(json.dumps(m) + "\n" for m in messages))
     return path
