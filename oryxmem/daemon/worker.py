@@ -417,6 +417,8 @@ class MemoryWorker:
         self.on_mirrored()
 
     def _index_step(self) -> None:
+        if time.monotonic() < self.saving.mirror_not_before:
+            return  # a mirror just met another program's lock: this would wait for it too
         try:
             with brief_wait(self.saving.shared.db, LOCKED_WAIT_MS):
                 self.upkeep.follow_saves()  # not a backlog: that is the indexer's

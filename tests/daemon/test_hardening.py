@@ -118,6 +118,22 @@ def test_a_memory_thread_stuck_in_a_call_stops_the_watchdog_and_health_still_ans
         worker.stop()
 
 
+def test_the_indexes_do_not_wait_for_a_lock_a_mirror_just_met(
+    service: MemoryService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Saves queue behind the memory thread: after a mirror waited out its most for
+    another program's lock, the indexes' step does not wait for the same lock again."""
+    worker = MemoryWorker(service, on_lagging=lambda agent: None)
+    followed: list[int] = []
+    monkeypatch.setattr(service.upkeep, "follow_saves", lambda: followed.append(1) or 0)
+    service.saving.mirror_not_before = time.monotonic() + 60  # as a locked mirror leaves it
+    worker._index_step()
+    assert followed == []
+    service.saving.mirror_not_before = 0.0
+    worker._index_step()
+    assert followed == [1]
+
+
 @contextmanager
 def write_lock_held(workspace: Workspace) -> Iterator[subprocess.Popen[str]]:
     """Another program (the sqlite3 shell) holding the database's write lock, taken for
