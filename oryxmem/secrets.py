@@ -59,7 +59,8 @@ def find(lines: Iterable[str], filename: str = "MEMORY.md") -> list[Finding]:
 
     with _lock:
         _configure()
-        if not any(_a_plugin_matches(get_plugins(), line, filename) for _, line in numbered):
+        plugins = get_plugins()
+        if not any(_a_plugin_matches(plugins, line, filename) for _, line in numbered):
             return []
         found: Iterator[Any] = _process_line_based_plugins(numbered, filename)
         seen: dict[tuple[int, str], Finding] = {}
@@ -79,11 +80,10 @@ def _a_plugin_matches(plugins: Iterable[Any], line: str, filename: str) -> bool:
     where one does is scanned by detect-secrets as a whole. The keyword detector's
     patterns each hold its list of words (``DENYLIST``): a line with none of them is not
     run through its long patterns."""
-    from detect_secrets.plugins.keyword import KeywordDetector
-
+    keyword_detector, keywords = _keyword_check()
     stripped = line.rstrip()  # as the scan reads each line
     for plugin in plugins:
-        if isinstance(plugin, KeywordDetector) and not _keywords().search(stripped):
+        if isinstance(plugin, keyword_detector) and not keywords.search(stripped):
             continue
         if plugin.analyze_line(filename=filename, line=stripped):
             return True
@@ -91,11 +91,12 @@ def _a_plugin_matches(plugins: Iterable[Any], line: str, filename: str) -> bool:
 
 
 @functools.cache
-def _keywords() -> re.Pattern[str]:
-    """Any of the keyword detector's words, as its patterns match them (ignoring case)."""
-    from detect_secrets.plugins.keyword import DENYLIST
+def _keyword_check() -> tuple[type, re.Pattern[str]]:
+    """The keyword detector's class, and any of its words as its patterns match them
+    (ignoring case)."""
+    from detect_secrets.plugins.keyword import DENYLIST, KeywordDetector
 
-    return re.compile("|".join(DENYLIST), re.IGNORECASE)
+    return KeywordDetector, re.compile("|".join(DENYLIST), re.IGNORECASE)
 
 
 def checked_content(content: str, mode: str) -> str:

@@ -34,7 +34,8 @@ class Background:
         self.steps = 0
         self.last_error: str | None = None
         # A step that has work it means to do later (not at once) sets this: the
-        # thread looks again after these seconds, not idle_seconds.
+        # thread looks again after these seconds, not idle_seconds. Each step starts
+        # with none.
         self.look_again_in: float | None = None
 
     def start(self) -> None:
@@ -64,6 +65,7 @@ class Background:
     def _run(self) -> None:
         self.on_start()
         while not self._stop.is_set():
+            self.look_again_in = None
             try:
                 more = self.step()
                 self.steps += 1
@@ -78,6 +80,6 @@ class Background:
                 continue
             if more:
                 continue
-            wait, self.look_again_in = self.look_again_in, None
+            wait = self.look_again_in
             self._wake.wait(self.idle_seconds if wait is None else min(wait, self.idle_seconds))
             self._wake.clear()

@@ -71,8 +71,7 @@ class Indexer(Background):
     def _gathering(self) -> bool:
         """Do the rows the vectors lack wait for more (fewer than a batch, for less than
         GATHER_SECONDS)? Then the thread looks again once they are due."""
-        waiting, batch = self.upkeep.embeds_waiting()
-        if not waiting or waiting >= batch:
+        if not self.upkeep.only_a_trickle_to_embed():
             self._trickle_since = None
             return False
         now = time.monotonic()

@@ -175,16 +175,13 @@ class Upkeep:
             taken += step
         return taken
 
-    def embeds_waiting(self) -> tuple[int, int]:
-        """Rows the slow indexes (the vectors) have to take in, counted up to one batch
-        of each (a probe, whatever the backlog), and the rows of those batches."""
+    def only_a_trickle_to_embed(self) -> bool:
+        """Do the slow indexes (the vectors) lack some rows, but fewer than one batch of
+        each? Each counted up to its batch: a probe, whatever the backlog."""
         db = self.shared.db
-        waiting = batches = 0
-        for index in self.indexes.values():
-            if not index.follows_saves:
-                waiting += waiting_rows(db, index, index.batch)
-                batches += index.batch
-        return waiting, batches
+        slow = [index for index in self.indexes.values() if not index.follows_saves]
+        waiting = [waiting_rows(db, index, index.batch) for index in slow]
+        return any(waiting) and all(n < i.batch for n, i in zip(waiting, slow, strict=True))
 
     def embed_step(self) -> int:
         """One step of each slow index (the vectors): the rows of the next batch are
