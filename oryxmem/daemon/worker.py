@@ -17,10 +17,12 @@ timeout fails while it is held: the thread mirrors what it has written once the
 oldest unmirrored save is MIRROR_MAX_AGE_SECONDS old, or when no job has come for
 MIRROR_IDLE_SECONDS if it last mirrored MIRROR_MIN_GAP_SECONDS ago, and always
 before it runs any other call (a recall, a context, a reconcile by the sync
-thread), so every reader that goes through the daemon sees the rows of every
-save acknowledged before it. Only a program reading the table directly sees the
-lag: at most a second. The records of tool calls (tool_invocations) go in with
-the mirror, in its transaction, never between a call and its answer. A mirror
+thread) while saves wait, so every reader that goes through the daemon sees the
+rows of every save acknowledged before it. Only a program reading the table
+directly sees the lag: at most a second. The records of tool calls
+(tool_invocations) go in with the mirror, in its transaction, never between a
+call and its answer; records alone wait for a mirror's own time (they are read by
+no call). A mirror
 costs far less per entry in a big transaction than in many small ones, and the
 indexes that follow saves (the words) take the saves' rows in within it (up to
 upkeep.FOLLOW_ROWS; the indexer takes any more).
@@ -88,7 +90,9 @@ class _Call:
     work: Callable[[MemoryService], Any]
     future: Future[Any] = field(default_factory=Future)
     # A call reads what every acknowledged save wrote: the saves are mirrored first.
-    # (Not for a call that decides itself what to mirror.)
+    # (Not for a call that decides itself what to mirror.) Tool calls' records alone do
+    # not make a call mirror: no reader needs them, and each search (a recall tool
+    # call) would otherwise commit the previous call's record first (1.5 ms a call).
     mirrors_first: bool = True
 
 
@@ -358,7 +362,7 @@ class MemoryWorker:
             if isinstance(job, _Save):
                 saves.setdefault(job.ref.agent, []).append(job)
             elif isinstance(job, _Call):
-                if job.mirrors_first:
+                if job.mirrors_first and self.saving.unmirrored_agents:
                     self._mirror()  # a reader sees every acknowledged save
                 self._run_call(job)
         if saves:

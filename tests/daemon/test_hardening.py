@@ -27,6 +27,7 @@ from oryxmem.daemon import worker as worker_module
 from oryxmem.daemon.worker import MemoryWorker
 from oryxmem.errors import StorageError
 from oryxmem.service import MemoryService, SaveRequest
+from oryxmem.store.sessions import tool_record
 from oryxmem.workspace import Workspace, agent_name_problem, resolve_agent
 
 FOUR_BYTE = "%F0%A0%80%80"  # U+20000, a CJK letter of four bytes in UTF-8
@@ -132,6 +133,31 @@ def test_the_indexes_do_not_wait_for_a_lock_a_mirror_just_met(
     service.saving.mirror_not_before = 0.0
     worker._index_step()
     assert followed == [1]
+
+
+def test_a_call_mirrors_the_saves_first_but_not_tool_records_alone(
+    service: MemoryService,
+) -> None:
+    """A reader must see every acknowledged save, so a call mirrors them first; a tool
+    call's record alone is read by no call and waits for its mirror's own time (every
+    recall tool call committed the previous call's record before it searched)."""
+    worker = MemoryWorker(service, on_lagging=lambda agent: None)
+    worker.start()
+    calls = "SELECT tool FROM tool_invocations"
+    try:
+        worker.record_tool(tool_record("recall_memory", "coder", None, {}, {}, True, 1.0))
+        seen = worker.call(lambda s: s.db.execute(calls).fetchall()).result(timeout=30)
+        assert seen == []  # the record still waits
+        saved = worker.save(service.resolve("coder"), SaveRequest("a save", "archival", "test"))
+        saved.result(timeout=30)  # acknowledged: durable in MEMORY.md, not yet in the rows
+        seen = worker.call(lambda s: s.db.execute(calls).fetchall()).result(timeout=30)
+        assert seen == [("recall_memory",)]  # mirrored with the save, before the call
+        rows = worker.call(lambda s: s.db.execute("SELECT content FROM memory_entries")).result(
+            timeout=30
+        )
+        assert ("a save",) in rows.fetchall()
+    finally:
+        worker.stop()
 
 
 @contextmanager

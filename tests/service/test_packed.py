@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from oryxmem.index.packed import SAMPLE, PackedVectors
+from oryxmem.index.packed import SAMPLE, PackedVectors, faiss_module
 
 
 def unit_rows(count: int, seed: int = 1, width: int = 384) -> np.ndarray:
@@ -93,3 +93,14 @@ def test_a_large_agent_is_sampled_and_its_lowest_estimated_from_below_the_best()
     cosine = vectors @ query
     lowest = packed.lowest(query)
     assert lowest is not None and float(cosine.min()) <= lowest < np.percentile(cosine, 1)
+
+
+def test_a_search_runs_faiss_and_numpys_blas_on_one_thread() -> None:
+    """A search's products are small: a BLAS pool left spinning after each took the
+    processor from the model (packed.faiss_module)."""
+    from threadpoolctl import threadpool_info
+
+    faiss_module()
+    pools = [pool for pool in threadpool_info() if pool["user_api"] == "blas"]
+    assert pools  # numpy's at least
+    assert {pool["num_threads"] for pool in pools} == {1}
