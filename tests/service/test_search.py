@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Iterator
+from importlib import resources
 from pathlib import Path
 
 import pytest
@@ -525,3 +527,21 @@ def test_the_vector_index_searches_alone_as_every_index_does(service: MemoryServ
     assert [hit.row_id for hit in two] == [hit.row_id for hit in every[:2]]
     found = {row[0]: row[1] for row in service.db.execute("SELECT id, content FROM memory_entries")}
     assert found[every[0].row_id] == MEMORY[0]
+
+
+def test_the_vendored_model_is_checked_before_it_is_loaded(
+    workspace: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The model is the vendored file and computes in int8 (MatMulInteger); a model
+    that is not the expected file is refused with a clear error, not run."""
+    from oryxmem.embed import minilm
+
+    with resources.as_file(resources.files("oryxmem.embed") / minilm.MODEL_FILE) as path:
+        model = path.read_bytes()
+    assert hashlib.sha256(model).hexdigest() == minilm.MODEL_SHA256
+    assert b"MatMulInteger" in model and b"DynamicQuantizeLinear" in model
+    monkeypatch.setattr(minilm, "_LOADED", [])  # this process loads it again, here
+    monkeypatch.setattr(minilm, "MODEL_SHA256", "0" * 64)
+    embedder = minilm.MiniLM(Config.load(workspace.config_path))
+    with pytest.raises(EmbedderUnavailableError, match=r"the MiniLM model .* not the expected"):
+        embedder.embed(["likes tea"], "passage")
