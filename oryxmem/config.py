@@ -115,9 +115,10 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "recall.embedder_threads",
-        2,
+        1,
         int,
-        "processor threads the built-in embedder may use",
+        "processor threads one run of the built-in embedder may use (1: a text runs"
+        " alone, too small to share; more helps a machine with idle cores)",
         positive,
         restart=True,
     ),

@@ -96,9 +96,13 @@ class MiniLM(Embedder):
         tokenizer.enable_truncation(max_length=MAX_TOKENS)
         tokenizer.no_padding()  # a text runs alone (the vendored file pads to 128)
         options = onnxruntime.SessionOptions()
-        # Each run spreads its operators over recall.embedder_threads threads: a backlog
-        # is embedded at 321 texts/s on 2 threads, 206 on 1 (a query takes 1.7 ms on
-        # either). A run from another thread at the same time shares the pool.
+        # Each run spreads its operators over recall.embedder_threads threads (1 by
+        # default). One text alone is a small run: a second thread saved nothing on a
+        # query (1.7 ms either way), and in the daemon, waking it for each operator cost
+        # more than it gave: a backlog searched every 100 ms went in at 373 texts/s on
+        # one thread against 306 on two, searches meanwhile took 15.7 ms p50 (24.8 on
+        # two) and saves 1.3 ms (2.1). Runs from two threads at once (a search during a
+        # backfill) each take a core.
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
         # Its threads spin between the operators of a run, and stop when the run ends:
