@@ -117,8 +117,8 @@ SETTINGS: tuple[Setting, ...] = (
         "recall.embedder_threads",
         1,
         int,
-        "processor threads one run of the built-in embedder may use (1: a text runs"
-        " alone, too small to share; more helps a machine with idle cores)",
+        "processor threads one run of the built-in embedder may use (a text runs alone:"
+        " on 2 cores, 1 embedded a backlog faster than 2)",
         positive,
         restart=True,
     ),

@@ -152,10 +152,9 @@ def test_a_call_mirrors_the_saves_first_but_not_tool_records_alone(
         saved.result(timeout=30)  # acknowledged: durable in MEMORY.md, not yet in the rows
         seen = worker.call(lambda s: s.db.execute(calls).fetchall()).result(timeout=30)
         assert seen == [("recall_memory",)]  # mirrored with the save, before the call
-        rows = worker.call(lambda s: s.db.execute("SELECT content FROM memory_entries")).result(
-            timeout=30
-        )
-        assert ("a save",) in rows.fetchall()
+        entries = "SELECT content FROM memory_entries"
+        rows = worker.call(lambda s: s.db.execute(entries).fetchall()).result(timeout=30)
+        assert ("a save",) in rows
     finally:
         worker.stop()
 
