@@ -12,10 +12,16 @@ whose count moved and makes again only their rounds from the last one it had (wh
 may have grown). Everything here can be dropped and made again (``drop``): the
 sessions are the truth.
 
-Ranking is search.py's hybrid fusion over two arms of their own: BM25 over the
-rounds' terms (terms.py: stemmed, stopwords dropped) and the cosine of their
-embeddings (the memories' embedder), each put on [0, 1], weighted as search.py's.
-Measured on the LoCoMo dev set loaded as sessions (bench/episodes_quality.py).
+Ranking fuses two arms of their own, as search.py does: BM25 over the rounds' terms
+(terms.py: stemmed, stopwords dropped; the round before as a context column) and the
+cosine of their embeddings (the memories' embedder), each put on [0, 1] and weighted.
+Two rules about conversations follow: a round takes a share of its best neighbour's
+score (a conversation stays on a subject for a few rounds, and the round that holds
+the answer often shares few words with the question while the one beside it does),
+and a question that names a day (days.py) lifts the rounds said that day.
+Measured on the LoCoMo dev set loaded as sessions (bench/episodes_quality.py): each
+rule was kept because it lost no question in any of its three conversations, not for
+the sum alone (docs/prompt.md has the figures).
 """
 
 from __future__ import annotations
@@ -29,11 +35,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from oryxmem.index.days import days_named
 from oryxmem.index.terms import index_text, match_any, query_terms
 from oryxmem.index.vectors import normalised_top
 from oryxmem.store.db import Executes, database_file, insert_values, write_transaction
 
 if TYPE_CHECKING:
+    from datetime import date
+
     import numpy.typing as npt
 
     from oryxmem.store.db import Database
@@ -43,8 +52,10 @@ RECENT_SECONDS = 2  # a session changed this lately is checked by its messages' 
 USER_CHARS = 1000
 ROUND_CHARS = 2000
 POOL = 200  # candidates each arm brings to the fusion
-KEYWORD_WEIGHT = 0.8
-SEMANTIC_WEIGHT = 0.2
+KEYWORD_WEIGHT = 0.7
+SEMANTIC_WEIGHT = 0.3
+NEIGHBOUR_SHARE = 0.15  # of the best score of the round before or after
+NAMED_DAY_BOOST = 0.3  # for a round said on a day the question names
 CONTEXT_WEIGHT = 0.5  # the round before a round, as its context column (BM25F)
 SESSIONS_PER_STEP = 50  # sessions one step of catching up takes in
 TABLES = ("episode_terms", "episode_vectors", "episodes", "episode_state", "episode_meta")
@@ -357,10 +368,14 @@ class EpisodeIndex:
             keyword = {row_id: -rank / best for row_id, rank in hits if best > 0}
         semantic = self._semantic(db, agent, query, other)
         weights = (KEYWORD_WEIGHT, SEMANTIC_WEIGHT) if semantic else (1.0, 0.0)
-        scores = {
+        fused = {
             row_id: weights[0] * keyword.get(row_id, 0.0) + weights[1] * semantic.get(row_id, 0.0)
             for row_id in keyword.keys() | semantic.keys()
         }
+        scores = _with_neighbours(db, fused)
+        that_day = _said_on(db, agent, other, days_named(query))
+        for row_id in that_day:
+            scores[row_id] = scores.get(row_id, 0.0) + NAMED_DAY_BOOST
         best_ids = sorted(scores, key=lambda i: (-scores[i], -i))[:k]
         if not best_ids:
             return []
@@ -377,7 +392,12 @@ class EpisodeIndex:
             _, session, owner, number, at, text = found[row_id]
             arms = tuple(
                 arm
-                for arm, hit in (("keyword", row_id in keyword), ("semantic", row_id in semantic))
+                for arm, hit in (
+                    ("keyword", row_id in keyword),
+                    ("semantic", row_id in semantic),
+                    ("neighbour", row_id not in fused and row_id not in that_day),
+                    ("day", row_id in that_day),
+                )
                 if hit
             )
             out.append(EpisodeHit(session, owner, number, at, text, round(scores[row_id], 6), arms))
@@ -427,6 +447,41 @@ class EpisodeIndex:
         with _CACHE_LOCK:
             _CACHE[key] = (stamp, vectors)
         return vectors
+
+
+def _with_neighbours(db: Executes, scores: dict[int, float]) -> dict[int, float]:
+    """Each round's score plus NEIGHBOUR_SHARE of the best of the rounds before and after
+    it; a round beside a scored one becomes a candidate too."""
+    if not scores:
+        return {}
+    marks = ",".join("?" * len(scores))
+    pairs = db.execute(
+        "SELECT e.id, n.id FROM episodes e JOIN episodes n ON n.session = e.session"
+        f" AND n.round IN (e.round - 1, e.round + 1) WHERE e.id IN ({marks})",
+        list(scores),
+    ).fetchall()
+    best_beside: dict[int, float] = {}
+    for scored, beside in pairs:
+        best_beside[beside] = max(best_beside.get(beside, 0.0), scores[scored])
+    return {
+        row_id: scores.get(row_id, 0.0) + NEIGHBOUR_SHARE * best_beside.get(row_id, 0.0)
+        for row_id in scores.keys() | best_beside.keys()
+    }
+
+
+def _said_on(db: Executes, agent: str, other: str, days: set[date]) -> set[int]:
+    """The agent's rounds (none of session ``other``) that began on one of these days."""
+    if not days:
+        return set()
+    marks = ",".join("?" * len(days))
+    return {
+        int(row[0])
+        for row in db.execute(
+            "SELECT id FROM episodes WHERE agent = ? AND session != ?"
+            f" AND substr(at, 1, 10) IN ({marks})",
+            [agent, other, *sorted(day.isoformat() for day in days)],
+        )
+    }
 
 
 # ids, sessions, where each round's vectors start, the vectors

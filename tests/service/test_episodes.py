@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import date
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,8 @@ from support.processes import run_cli
 from oryxmem.client import Client
 from oryxmem.config import Config, set_value
 from oryxmem.errors import InvalidFieldError, TranscriptChangedError
-from oryxmem.index.episodes import ROUND_CHARS, USER_CHARS, rounds
+from oryxmem.index.days import days_named
+from oryxmem.index.episodes import ROUND_CHARS, USER_CHARS, EpisodeIndex, rounds
 from oryxmem.prompt import EPISODES_HEADING
 from oryxmem.service import MemoryService
 from oryxmem.workspace import Workspace
@@ -59,6 +61,65 @@ def test_rounds_are_found_as_messages_are_appended_and_other_sessions_only_on_re
     assert hit.session == now and hit.round == 1 and "Redis" in hit.text
     assert all(h.session != now for h in service.search_episodes("a", "Redis cache", 5, now))
     assert service.search_episodes("b", "database") == []  # another agent's are not its
+
+
+def test_the_days_a_question_names() -> None:
+    assert days_named("What did Gina find on 1 February, 2023?") == {date(2023, 2, 1)}
+    assert days_named("what did we decide on Oct 13th 2023 and on 2024-01-05") == {
+        date(2023, 10, 13),
+        date(2024, 1, 5),
+    }
+    assert days_named("the 3rd of March 2026") == {date(2026, 3, 3)}
+    # no whole date, or none that exists
+    assert days_named("what did we do in May 2023, or yesterday?") == set()
+    assert days_named("on 31 February 2023, at 12 mayhem 2023") == set()
+
+
+def test_a_round_beside_the_one_the_words_find_is_found_with_it(
+    service: MemoryService,
+) -> None:
+    """The answer is often in a round beside the one that shares the question's words:
+    the round after holds them as its context already, the round before only by this."""
+    talk(
+        service,
+        "a",
+        ("can you check the release?", "the version is 2.4.1, ready"),
+        ("the deploy to staging failed again", "let me look at the logs"),
+        ("what did you find?", "a missing environment variable, now set"),
+    )
+    talk(service, "a", ("what is for lunch?", "soup"))
+    while service.episodes_step():
+        pass
+    words = EpisodeIndex(None, None)
+    hits = words.search(service.db, "a", "why did the staging deploy fail", 5)
+    assert [(h.round, h.arms) for h in hits] == [
+        (1, ("keyword",)),
+        (2, ("keyword",)),  # by its context column: the round before
+        (0, ("neighbour",)),
+    ]
+    assert hits[2].score < hits[1].score < hits[0].score
+
+
+def test_a_question_that_names_a_day_finds_what_was_said_that_day(
+    service: MemoryService,
+) -> None:
+    for day, (user, reply) in (
+        ("2026-10-02", ("the build is red", "a flaky test, retried")),
+        ("2026-10-03", ("we chose a name for the project", "Kestrel it is")),
+        ("2026-10-04", ("which name did we reject?", "Heron")),
+    ):
+        stamp = f"{day} 09:00:00"
+        service.sessions.store.import_messages(
+            "a",
+            f"chat-{day}",
+            [
+                {"role": "user", "content": user, "at": stamp},
+                {"role": "assistant", "content": reply, "at": stamp},
+            ],
+        )
+    hits = service.search_episodes("a", "what did we settle on 3 October 2026?")
+    assert "Kestrel" in hits[0].text and "day" in hits[0].arms
+    assert all("day" not in h.arms for h in hits[1:])
 
 
 def test_the_episode_index_is_derived_dropped_it_is_made_again(service: MemoryService) -> None:
