@@ -59,8 +59,9 @@ MAX_BATCH = 512
 # A job that holds the thread this long means it is stuck (blocked in a system call):
 # the watchdog stops pinging, and systemd restarts the daemon.
 STUCK_SECONDS = 60.0
-# What the mirror and the index steps wait for another program's database lock before
-# trying again later: saves queue behind them on this thread.
+# What the mirror and the index steps wait for the write lock before trying again later
+# (saves queue behind them on this thread): this long for the daemon's other threads
+# (the indexer's step), and db.OTHERS_WAIT_MS for another program's (brief_wait).
 LOCKED_WAIT_MS = 100
 WRITER_THREADS = 4  # agents whose appends (and fsyncs) run side by side
 MIRROR_IDLE_SECONDS = 0.05

@@ -26,14 +26,14 @@ from oryxmem.secrets import checked_content
 from oryxmem.service.results import SaveResult
 from oryxmem.service.shared import Shared
 from oryxmem.store import rows
-from oryxmem.store.db import brief_wait, is_locked, write_transaction
+from oryxmem.store.db import OwnWritersBusy, brief_wait, is_locked, write_transaction
 from oryxmem.store.format import ARCHIVAL, Entry
 from oryxmem.store.markdown import Append, MarkdownMemoryStore
 from oryxmem.store.sessions import ToolRecord, insert_tool_records
 from oryxmem.workspace import AgentRef
 
 log = logging.getLogger("oryxmem")
-FLUSH_WAIT_MS = 100  # what mirroring the saves before a new one waits for another's lock
+FLUSH_WAIT_MS = 100  # what mirroring the saves before a new one waits (brief_wait)
 MIRROR_RETRY_SECONDS = 0.05  # after a failed mirror: the next try, not a spin
 
 
@@ -315,6 +315,8 @@ class Saving:
             self._unmirrored = {**pending, **self._unmirrored}
             self._put_back_records(records, records_since)
             self.mirror_not_before = time.monotonic() + MIRROR_RETRY_SECONDS
+            if isinstance(error, OwnWritersBusy):  # the indexer's step: an expected wait
+                return []
             if not self._failing:
                 if is_locked(error):  # another program holds the database
                     log.warning("the database is locked by another program; the rows wait")

@@ -4,6 +4,11 @@ An open database is the sqlite3 connection in a small ``Database``: the statemen
 oryxmem runs need nothing more. sqlite-utils applies the schema's migrations
 (schema.py), and is imported only when one is pending: it imports numpy, and a
 command that saves one line should not wait for that.
+
+The connections one process opens on one file take its write lock through one gate of
+their own (``_gate``), so a thread that must not be held up can wait for the process's
+own writers and for another program's each as long as it chooses (``brief_wait``):
+SQLite's busy timeout cannot tell them apart.
 """
 
 from __future__ import annotations
@@ -12,11 +17,12 @@ import contextlib
 import os
 import sqlite3
 import stat
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 from oryxmem.errors import StorageError
 
@@ -24,9 +30,13 @@ from oryxmem.errors import StorageError
 class Database:
     """An open database: its connection, and ``execute`` as sqlite-utils spells it."""
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: sqlite3.Connection, gate: threading.Lock | None = None) -> None:
         self.conn = conn
         self._savepoints = 0
+        # The process's gate to the file's write lock; how long a write transaction waits
+        # at it, and then for another program's lock (seconds; brief_wait shortens both).
+        self.gate = gate
+        self.gate_wait = self.others_wait = BUSY_TIMEOUT_MS / 1000
 
     def execute(self, sql: str, parameters: Any = None) -> sqlite3.Cursor:
         if parameters is None:
@@ -62,6 +72,22 @@ class Executes(Protocol):
 # A plugin's migration set: its name, and its steps in order.
 MigrationSet = tuple[str, Sequence[Callable[[Any], None]]]
 BUSY_TIMEOUT_MS = 10_000
+# What a write that can be put off (brief_wait) waits for another program's lock, once
+# the process's own writers are done: a save's thread never waits longer than this.
+OTHERS_WAIT_MS = 10
+_GATES: dict[str, threading.Lock] = {}  # database file -> its gate in this process
+_GATES_LOCK = threading.Lock()
+
+
+def _gate(path: Path) -> threading.Lock:
+    key = os.path.realpath(path)
+    with _GATES_LOCK:
+        return _GATES.setdefault(key, threading.Lock())
+
+
+class OwnWritersBusy(sqlite3.OperationalError):
+    """A write put off because this process's other threads held the write lock for
+    longer than it would wait (is_locked says True: try again later)."""
 
 
 def connect(path: Path, plugin_sets: Sequence[MigrationSet] = ()) -> Database:
@@ -76,7 +102,7 @@ def connect(path: Path, plugin_sets: Sequence[MigrationSet] = ()) -> Database:
         conn = sqlite3.connect(
             str(path), isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000
         )
-        db = Database(conn)
+        db = Database(conn, _gate(path))
         db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         _use_wal(db)
         db.execute("PRAGMA synchronous = FULL")
@@ -168,13 +194,14 @@ def select_in(
 
 @contextmanager
 def brief_wait(db: Database, ms: int) -> Iterator[Database]:
-    """Wait at most ``ms`` for another program's lock (not BUSY_TIMEOUT_MS): for writes
-    that can be retried later, on a thread that must not be held up."""
-    db.execute(f"PRAGMA busy_timeout = {int(ms)}")
+    """For writes that can be retried later, on a thread that must not be held up: wait
+    at most ``ms`` for this process's other writers (their transactions are short), and
+    at most OTHERS_WAIT_MS for another program's lock (it may hold it for minutes)."""
+    db.gate_wait, db.others_wait = ms / 1000, min(ms, OTHERS_WAIT_MS) / 1000
     try:
         yield db
     finally:
-        db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        db.gate_wait = db.others_wait = BUSY_TIMEOUT_MS / 1000
 
 
 def is_locked(error: BaseException) -> bool:
@@ -195,19 +222,57 @@ D = TypeVar("D", bound=Transacts)
 
 @contextmanager
 def write_transaction(db: D) -> Iterator[D]:
-    """BEGIN IMMEDIATE ... COMMIT: the write lock is taken up front, never mid-way."""
+    """BEGIN IMMEDIATE ... COMMIT: the write lock is taken up front, never mid-way, and
+    (for our Database) through the process's gate."""
     if db.conn.in_transaction:
         with db.atomic():
             yield db
         return
-    db.conn.execute("BEGIN IMMEDIATE")
+    gate = db.gate if isinstance(db, Database) else None
+    if gate is None:
+        db.conn.execute("BEGIN IMMEDIATE")
+    else:
+        _begin_through(gate, cast(Database, db))
     try:
-        yield db
-    except BaseException:
-        if db.conn.in_transaction:
-            db.conn.execute("ROLLBACK")
-        raise
-    db.conn.execute("COMMIT")
+        try:
+            yield db
+        except BaseException:
+            if db.conn.in_transaction:
+                db.conn.execute("ROLLBACK")
+            raise
+        db.conn.execute("COMMIT")
+    finally:
+        if gate is not None:
+            gate.release()
+
+
+def _begin_through(gate: threading.Lock, db: Database) -> None:
+    """BEGIN IMMEDIATE holding the gate. Another program's lock is waited for with the
+    gate let go (SQLite's busy handler would wait holding it, and hold up every thread
+    of this process that only meant to wait for the others): tried again and again
+    until ``db.others_wait`` is spent."""
+    deadline = time.monotonic() + db.others_wait
+    pause = 0.001
+    while True:
+        if not gate.acquire(timeout=db.gate_wait):
+            raise OwnWritersBusy("database is locked by another thread of this process")
+        try:
+            db.conn.execute("PRAGMA busy_timeout = 0")
+            try:
+                db.conn.execute("BEGIN IMMEDIATE")
+            finally:
+                db.conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            return
+        except sqlite3.OperationalError as error:
+            gate.release()
+            left = deadline - time.monotonic()
+            if not is_locked(error) or left <= 0:
+                raise
+            time.sleep(min(pause, left))
+            pause = min(pause * 2, 0.025)
+        except BaseException:
+            gate.release()
+            raise
 
 
 def database_file(db: Executes) -> str:

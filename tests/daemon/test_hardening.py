@@ -211,6 +211,30 @@ def test_a_tool_call_is_answered_before_its_record_and_the_record_waits_out_a_lo
     assert healthy(running)["memory_thread_alive"] is True
 
 
+def test_saves_under_another_program_s_lock_are_answered_and_their_rows_follow_it(
+    running: RunningDaemon, workspace: Workspace
+) -> None:
+    """Every save is answered while another program holds the write lock; the mirror
+    meets that lock (said once, as another program's), never the daemon's own threads'
+    (an expected wait, said nothing of), and the rows come once it goes."""
+    with write_lock_held(workspace) as holder:
+        for n in range(20):
+            body = json.dumps({"content": f"saved under a lock {n}"})
+            status, reply = running.curl("-d", body, "http://x/api/v1/agents/coder/memory")
+            assert status == 200, reply
+        time.sleep(1.5)  # the mirror came due and met the lock
+        assert holder.poll() is None
+    eventually(
+        workspace,
+        "SELECT count(*) FROM memory_entries WHERE content LIKE 'saved under a lock %'",
+        "20",
+        30,
+    )
+    log = running.text()
+    assert log.count("the database is locked by another program; the rows wait") == 1, log
+    assert "another thread of this process" not in log and "Traceback" not in log
+
+
 @pytest.mark.parametrize("kind", ["fifo", "directory", "socket"])
 def test_a_fifo_directory_or_socket_where_memory_md_should_be_is_a_409_not_a_hang(
     running: RunningDaemon, workspace: Workspace, kind: str, tmp_path: Path

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import re
 import shutil
+import sqlite3
 import subprocess
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -13,7 +16,13 @@ from oryxmem.backends.sqlite import SqliteMemoryStore
 from oryxmem.index import catch_up
 from oryxmem.index.keyword import KeywordIndex
 from oryxmem.store.base import StoreLimits
-from oryxmem.store.db import connect
+from oryxmem.store.db import (
+    OwnWritersBusy,
+    brief_wait,
+    connect,
+    is_locked,
+    write_transaction,
+)
 from oryxmem.store.schema import MIGRATIONS, SET_NAME, migration_set
 
 sqlite_utils = pytest.importorskip("sqlite_utils")
@@ -202,3 +211,85 @@ def test_rows_inserted_many_to_a_statement_arrive_whole_and_in_order(tmp_path: P
         " WHERE memory_fts MATCH '\"number 206\"'",
     )
     assert found.strip() == "entry number 206 ü"
+
+
+def holding_exclusive(db_path: Path) -> subprocess.Popen[str]:
+    """The sqlite3 shell holding BEGIN EXCLUSIVE until told to COMMIT."""
+    holder = subprocess.Popen(
+        ["sqlite3", str(db_path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    assert holder.stdin is not None and holder.stdout is not None
+    holder.stdin.write("BEGIN EXCLUSIVE;\nSELECT 'held';\n")
+    holder.stdin.flush()
+    assert holder.stdout.readline().strip() == "held"
+    return holder
+
+
+def release(holder: subprocess.Popen[str]) -> None:
+    assert holder.stdin is not None
+    holder.stdin.write("COMMIT;\n.quit\n")
+    holder.stdin.flush()
+    holder.wait(timeout=30)
+
+
+def test_a_write_that_may_wait_briefly_is_not_held_up_by_a_thread_waiting_for_another_program(
+    tmp_path: Path,
+) -> None:
+    """The process's writers share a gate to the write lock, and a thread waiting for
+    another program's lock waits with the gate let go: a save's thread, which may wait
+    only briefly, is told at once that another program holds the lock (and retries
+    later), not kept at the gate behind a thread that waits up to ten seconds."""
+    db_path = tmp_path / "oryxos.db"
+    patient, brief = connect(db_path), connect(db_path)
+    holder = holding_exclusive(db_path)
+    waited: list[str] = []
+
+    def write_patiently() -> None:
+        with write_transaction(patient):
+            patient.execute("INSERT INTO memory_entries(agent, content) VALUES ('a', 'x')")
+        waited.append("written")
+
+    thread = threading.Thread(target=write_patiently)
+    thread.start()
+    try:
+        time.sleep(0.3)  # the patient writer is waiting for the shell's lock now
+        with (
+            pytest.raises(sqlite3.OperationalError) as refused,
+            brief_wait(brief, 1000),
+            write_transaction(brief),
+        ):
+            pass
+        assert not isinstance(refused.value, OwnWritersBusy)  # another program: say so
+        assert is_locked(refused.value) and waited == []
+    finally:
+        release(holder)
+        thread.join(timeout=30)
+    assert waited == ["written"]  # it got the lock once the shell let go
+    with write_transaction(brief):  # and the gate is free again
+        pass
+
+
+def test_the_process_s_own_writers_take_turns_at_the_gate(tmp_path: Path) -> None:
+    """A write that may wait only briefly, behind a transaction of this process that
+    lasts longer, is put off (OwnWritersBusy: an expected wait, tried again later)."""
+    db_path = tmp_path / "oryxos.db"
+    first, second = connect(db_path), connect(db_path)
+    inside, leave = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with write_transaction(first):
+            inside.set()
+            leave.wait(30)
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    try:
+        assert inside.wait(30)
+        with pytest.raises(OwnWritersBusy), brief_wait(second, 50), write_transaction(second):
+            pass
+    finally:
+        leave.set()
+        thread.join(timeout=30)
+    with brief_wait(second, 50), write_transaction(second):
+        second.execute("INSERT INTO memory_entries(agent, content) VALUES ('a', 'y')")
+    assert second.execute("SELECT content FROM memory_entries").fetchall() == [("y",)]
