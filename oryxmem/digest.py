@@ -28,9 +28,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from oryxmem.heap import give_back_freed_memory
 from oryxmem.store.format import Entry, escape_content
 
 LINE_CHARS = 160  # the most of one entry's text a digest line shows
+# The kinds of the entries each block looks at again (the newest part, as far back as
+# prompt.NEWEST_SCAN, and the sampled ones) are kept: two regex passes an entry, not
+# on every block.
+KINDS_KEPT = 4096
 SAMPLE_SLOTS = 64  # evenly spaced positions single entries are sampled from
 DIGEST_NOTE = (
     "(digest of the {count} earlier entries not shown whole: repeats folded, a sample of"
@@ -43,7 +48,6 @@ _NUMBERS = re.compile(r"\b[0-9a-f]{7,}\b|\d+")
 _WORD = re.compile(r"[\w#]+")
 
 
-@lru_cache(maxsize=1 << 16)
 def fold_key(content: str) -> str:
     """What near-duplicates share (the digest folds them): the request of a footprint,
     or the text with numbers, hex ids, case, punctuation and spacing masked."""
@@ -67,7 +71,7 @@ def _key(content: str, *, mask_numbers: bool) -> str:
     return f"trigger:{key}" if footprint else key
 
 
-@dataclass(slots=True)  # one per distinct entry: a large memory holds 100,000s
+@dataclass(slots=True)  # one per kind of more than one entry
 class Fold:
     """Entries that are near-duplicates of each other, oldest to newest."""
 
@@ -77,17 +81,27 @@ class Fold:
     last_at: int  # the last one's position: of two folds as big, the newer comes first
 
 
+@lru_cache(maxsize=KINDS_KEPT)
+def kind_of(content: str) -> int:
+    """The fold a content belongs to, as a number: its fold_key's hash. A large memory
+    holds mostly entries of a kind of their own, and a number costs a tenth of the key
+    (the text of the entry, masked) to keep; two keys of one hash (one chance in 2**64
+    per pair, in one process) would share a line of the digest, which is derived."""
+    return hash(fold_key(content))
+
+
 @dataclass
 class Folds:
     """The folds of an agent's archival entries [0, covered): extended as it grows. Where
     each fold's entries are is kept, so the folds of a shorter span are had without
-    folding again (``upto``)."""
+    folding again (``upto``). A kind seen once is kept as its position alone, and
+    becomes a Fold when it is seen again."""
 
     covered: int = 0
     last_id: str | None = None  # the id of entry covered - 1: the prefix is still the same
-    folds: dict[str, Fold] = field(default_factory=dict)
-    places: dict[str, list[int]] = field(default_factory=dict)  # key -> positions
-    repeated: set[str] = field(default_factory=set)  # keys of folds of more than one
+    single: dict[int, int] = field(default_factory=dict)  # kind -> its one entry's position
+    folds: dict[int, Fold] = field(default_factory=dict)  # kinds of more than one entry
+    places: dict[int, list[int]] = field(default_factory=dict)  # kind -> positions
 
     def extend(self, entries: Sequence[Entry], upto: int) -> bool:
         """Cover entries[:upto] (at least what is covered); False when the covered prefix
@@ -96,18 +110,22 @@ class Folds:
             self.covered and entries[self.covered - 1].entry_id != self.last_id
         ):
             return False
+        single, folds, places = self.single, self.folds, self.places
         for at in range(self.covered, upto):
             entry = entries[at]
-            key = fold_key(entry.content)
-            fold = self.folds.get(key)
-            if fold is None:
-                self.folds[key] = Fold(1, entry, entry, at)
-                self.places[key] = [at]
-            else:
+            kind = kind_of(entry.content)
+            fold = folds.get(kind)
+            if fold is not None:
                 fold.count += 1
                 fold.last, fold.last_at = entry, at
-                self.places[key].append(at)
-                self.repeated.add(key)
+                places[kind].append(at)
+                continue
+            first = single.pop(kind, None)
+            if first is None:
+                single[kind] = at
+            else:
+                folds[kind] = Fold(2, entries[first], entry, at)
+                places[kind] = [first, at]
         self.covered = max(self.covered, upto)
         self.last_id = entries[self.covered - 1].entry_id if self.covered else None
         return True
@@ -115,54 +133,62 @@ class Folds:
     def upto(self, entries: Sequence[Entry], upto: int) -> FoldsView:
         """The folds of entries[:upto] (upto <= covered): the folds of the entries past it
         are taken back, the rest shared."""
-        changed: dict[str, Fold | None] = {}
+        changed: dict[int, Fold | None] = {}
         for at in range(upto, self.covered):
-            key = fold_key(entries[at].content)
-            if key in changed:
-                continue
-            places = self.places[key]
+            kind = kind_of(entries[at].content)
+            if kind in changed or kind not in self.folds:
+                continue  # a kind of one entry (past upto) is no fold either way
+            places = self.places[kind]
             kept = bisect.bisect_left(places, upto)
-            if kept == 0:
-                changed[key] = None
+            if kept < 2:
+                changed[kind] = None  # one or none of them before upto: no fold there
             else:
-                first = self.folds[key].first
-                changed[key] = Fold(kept, first, entries[places[kept - 1]], places[kept - 1])
+                first = self.folds[kind].first
+                changed[kind] = Fold(kept, first, entries[places[kept - 1]], places[kept - 1])
         return FoldsView(self, changed, upto)
 
 
 @dataclass
 class FoldsView:
-    """The folds of entries[:covered], over a Folds of as many or more."""
+    """The folds (of more than one entry) of entries[:covered], over a Folds of as many or
+    more."""
 
     base: Folds
-    changed: dict[str, Fold | None]
+    changed: dict[int, Fold | None]
     covered: int
 
-    def get(self, key: str) -> Fold | None:
-        return self.changed[key] if key in self.changed else self.base.folds.get(key)
+    def get(self, kind: int) -> Fold | None:
+        return self.changed[kind] if kind in self.changed else self.base.folds.get(kind)
 
     def repeated(self) -> list[Fold]:
-        """The folds of more than one entry, biggest first (of two as big, the newer)."""
-        found = (self.get(key) for key in self.base.repeated)
+        """The folds, biggest first (of two as big, the newer)."""
+        found = (self.get(kind) for kind in self.base.folds)
         return sorted(
-            (fold for fold in found if fold is not None and fold.count > 1),
+            (fold for fold in found if fold is not None),
             key=lambda fold: (-fold.count, -fold.last_at),
         )
 
 
 _FOLDS: dict[tuple[str, str], Folds] = {}  # (workspace db, agent) -> its folds
 _FOLDS_LOCK = threading.Lock()
+# Folding this many entries at once (a large memory's first block) frees tens of
+# megabytes of passing strings: given back to the system after it.
+TRIM_AFTER_FOLDING = 20_000
 
 
 def folds_for(owner: str, agent: str, entries: Sequence[Entry], upto: int) -> FoldsView:
     """The folds of entries[:upto], kept between calls for (owner, agent)."""
     with _FOLDS_LOCK:
         folds = _FOLDS.get((owner, agent))
+        had = 0 if folds is None else folds.covered
         if folds is None or not folds.extend(entries, upto):
-            folds = Folds()
+            folds, had = Folds(), 0
             folds.extend(entries, upto)
         _FOLDS[(owner, agent)] = folds
-        return folds.upto(entries, upto)
+        view = folds.upto(entries, upto)
+    if upto - had >= TRIM_AFTER_FOLDING:
+        give_back_freed_memory()
+    return view
 
 
 @dataclass
@@ -211,8 +237,7 @@ def digest(folds: FoldsView, entries: Sequence[Entry], max_chars: int, shown: se
         stride *= 2  # positions stay put while the span grows, until it doubles
     for position in range(0, count, stride):
         entry = entries[position]
-        its = folds.get(fold_key(entry.content))
-        if (its is not None and its.count > 1) or entry.entry_id in shown:
+        if folds.get(kind_of(entry.content)) is not None or entry.entry_id in shown:
             continue
         line = _entry_line(entry)
         if len(line) + 1 > room:

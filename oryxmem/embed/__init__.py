@@ -7,8 +7,6 @@ checked by their sha256; nothing is ever downloaded at run time.
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -60,13 +58,6 @@ class Embedder(ABC):
 
     def close(self) -> None:  # noqa: B027 (most embedders hold nothing to let go of)
         """Let go of what the embedder holds (a model session, a connection)."""
-
-
-def give_back_freed_memory() -> None:
-    """Return the heap memory freed meanwhile to the system: glibc keeps it otherwise, and
-    a model's load or a large batch frees tens of megabytes at once."""
-    with contextlib.suppress(OSError, AttributeError):  # not glibc: it keeps what it keeps
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 def load_embedder(config: Config) -> Embedder | None:

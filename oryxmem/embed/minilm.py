@@ -23,8 +23,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from oryxmem.config import Config
-from oryxmem.embed import Embedder, Kind, give_back_freed_memory
+from oryxmem.embed import Embedder, Kind
 from oryxmem.errors import EmbedderUnavailableError
+from oryxmem.heap import give_back_freed_memory
 
 # onnxruntime writes a telemetry store under ~/.cache unless told not to, before import.
 os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")

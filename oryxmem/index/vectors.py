@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from oryxmem.config import Config
-from oryxmem.embed import Embedder, give_back_freed_memory, load_embedder
+from oryxmem.embed import Embedder, load_embedder
+from oryxmem.heap import give_back_freed_memory
 from oryxmem.index import (
     DerivedIndex,
     Hit,

@@ -314,20 +314,25 @@ class Saving:
             # their rows and history have them put back.
             self._unmirrored = {**pending, **self._unmirrored}
             self._put_back_records(records, records_since)
-            self.mirror_not_before = time.monotonic() + MIRROR_RETRY_SECONDS
-            if isinstance(error, OwnWritersBusy):  # the indexer's step: an expected wait
-                return []
-            if not self._failing:
-                if is_locked(error):  # another program holds the database
-                    log.warning("the database is locked by another program; the rows wait")
-                else:
-                    log_failure(log, "mirroring saves failed; trying again", error)
-            self._failing = True
+            self._mirror_failed(error)
             return []
         self.mirrors += 1
         self._failing = False
         self.mirror_not_before = 0.0
         return lagging
+
+    def _mirror_failed(self, error: Exception) -> None:
+        """Try again soon; say so once a spell, unless it was an expected wait (the
+        daemon's own indexer held the lock longer than a mirror waits)."""
+        self.mirror_not_before = time.monotonic() + MIRROR_RETRY_SECONDS
+        if isinstance(error, OwnWritersBusy):
+            return
+        if not self._failing:
+            if is_locked(error):  # another program holds the database
+                log.warning("the database is locked by another program; the rows wait")
+            else:
+                log_failure(log, "mirroring saves failed; trying again", error)
+        self._failing = True
 
     def recover_answered(self) -> int:
         """Saves answered before a crash whose rows never came (store/answered.py): into

@@ -18,6 +18,7 @@ FLOORS: list[tuple[str, ...]] = [
         "settings",
         "registry",
         "fileio",
+        "heap",
         "config",
         "workspace",
         "signatures",

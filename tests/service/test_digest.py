@@ -72,6 +72,7 @@ def test_the_folds_follow_new_entries_and_a_changed_file_is_folded_again() -> No
     assert {k: f.count for k, f in grown.folds.items()} == {
         k: f.count for k, f in fresh.folds.items()
     }
+    assert grown.single == fresh.single
     shorter = grown.upto(entries, 12)  # a shorter span, without folding again
     short = Folds()
     short.extend(entries, 12)
@@ -79,6 +80,23 @@ def test_the_folds_follow_new_entries_and_a_changed_file_is_folded_again() -> No
     assert [(f.count, f.last) for f in short.upto(entries, 12).repeated()] == [(12, entries[11])]
     changed = entries[:5] + entries[6:]  # a line removed in the older span
     assert not grown.extend(changed, 29)
+
+
+def test_a_kind_of_one_entry_is_kept_as_its_place_alone() -> None:
+    """A large memory holds mostly entries of a kind of their own: each costs a number,
+    not a fold (a fold of one entry per entry made the first block of 100,000 entries
+    keep 36 MB; it keeps 12)."""
+    ids = EntryIds()
+    notes = [ids.entry(ARCHIVAL, None, f"note about topic {word}") for word in ("a", "b", "c")]
+    lint = [ids.entry(ARCHIVAL, None, footprint("lint", n)) for n in range(3)]
+    entries = [notes[0], lint[0], notes[1], lint[1], notes[2], lint[2]]
+    folds = Folds()
+    folds.extend(entries, len(entries))
+    assert sorted(folds.single.values()) == [0, 2, 4]  # the notes: their places
+    assert [(f.count, f.first, f.last) for f in folds.folds.values()] == [(3, lint[0], lint[2])]
+    # a span that ends before the second footprint holds no fold at all
+    assert folds.upto(entries, 3).repeated() == []
+    assert [f.count for f in folds.upto(entries, 4).repeated()] == [2]
 
 
 @pytest.fixture
