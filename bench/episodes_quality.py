@@ -6,8 +6,9 @@ Each LoCoMo dev conversation is one agent, each of its sessions one oryxmem sess
 session's time), imported as `oryxmem sessions import` imports a transcript. For every
 question, MemoryService.search_episodes ranks the agent's rounds; a question counts
 when a round in the top k holds one of its evidence turns (any@k), for k = 1, 5, 10,
-and any@5 by the question's category.
-Rounds by BM25 alone (the words arm) are shown beside the hybrid ranking.
+and any@5 by the question's category and by conversation (a change to ranking is kept
+when it loses no conversation a question, not for the sum alone). Rounds by BM25 alone
+(the words arm) are shown beside the hybrid ranking.
 
 Run: python -m bench.episodes_quality [--data ../shared/eval/locomo-dev.json]
 """
@@ -57,14 +58,17 @@ def load_sessions(
 # any@k by ranking, then k (an int) or "any@5 <category>"
 Scores = dict[str, dict[int | str, float]]
 COLUMNS: list[int | str] = [*KS, *(f"any@5 {c}" for c in CATEGORIES.values())]
+# The hybrid ranking's questions found in the top 5, and asked, by conversation.
+ByConversation = dict[str, tuple[int, int]]
 
 
-def evaluate(data: Path) -> tuple[Scores, list[float]]:
+def evaluate(data: Path) -> tuple[Scores, list[float], ByConversation]:
     conversations = load(data)
     found: dict[str, dict[int | str, list[float]]] = {
         name: {k: [] for k in COLUMNS} for name in ("bm25 rounds", "hybrid rounds")
     }
     times = []
+    by_conversation: ByConversation = {}
     with scratch_workspace("oryxmem-episodes-") as root:
         workspace = Workspace(root)
         service = MemoryService(workspace, Config.load(workspace.config_path))
@@ -86,9 +90,12 @@ def evaluate(data: Path) -> tuple[Scores, list[float]]:
                         found[name][k].append(1.0 if question.evidence & ids else 0.0)
                     category = f"any@5 {CATEGORIES[question.category]}"
                     found[name][category].append(found[name][5][-1])
+                hit, asked = by_conversation.get(conversation.sample_id, (0, 0))
+                hit += int(found["hybrid rounds"][5][-1])
+                by_conversation[conversation.sample_id] = (hit, asked + 1)
         service.close()
     means = {n: {k: sum(v) / max(len(v), 1) for k, v in by_k.items()} for n, by_k in found.items()}
-    return means, times
+    return means, times, by_conversation
 
 
 def options(parser: argparse.ArgumentParser) -> None:
@@ -99,12 +106,14 @@ def run(args: argparse.Namespace) -> list[Figure]:
     if not args.data.exists():
         print(f"episodes quality: no data at {args.data}; skipped (see ../shared/eval/README.md)")
         return []
-    scores, times = evaluate(args.data)
+    scores, times, by_conversation = evaluate(args.data)
     print(
         f"{'ranking':<15} " + " ".join(f"{'any@' + str(k) if k in KS else k:>17}" for k in COLUMNS)
     )
     for name, by_k in scores.items():
         print(f"{name:<15} " + " ".join(f"{by_k[k]:>17.3f}" for k in COLUMNS))
+    found = ", ".join(f"{c} {hit}/{asked}" for c, (hit, asked) in by_conversation.items())
+    print(f"hybrid rounds, any@5 by conversation: {found}")
     hybrid = scores["hybrid rounds"]
     return [
         Figure("episode search any@5 (bm25 rounds)", scores["bm25 rounds"][5], ""),

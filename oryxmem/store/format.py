@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import re
+from array import array
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
@@ -211,18 +212,42 @@ class MemoryDocument:
     """A parsed MEMORY.md: its physical lines and what they mean.
 
     ``lines`` keep their own line endings, so joining them gives back the file
-    byte for byte. ``entry_lines`` maps every entry id to its line index.
+    byte for byte. Each section's entries come with the index of the line each is on,
+    and ``entry_lines`` maps every entry id to it, made when first asked for: only an
+    edit of entries already there asks, and a dict of 100,000 ids costs 7 MB to keep.
     """
 
     lines: list[str]
     newline: str
     core: list[Entry] = field(default_factory=list)
     archival: list[Entry] = field(default_factory=list)
+    core_lines: array[int] = field(default_factory=lambda: array("i"))
+    archival_lines: array[int] = field(default_factory=lambda: array("i"))
     sections: dict[str, Section] = field(default_factory=dict)
-    entry_lines: dict[str, int] = field(default_factory=dict)
     unparsed: list[UnparsedLine] = field(default_factory=list)
     conflict_lines: list[int] = field(default_factory=list)
     ids: EntryIds = field(default_factory=EntryIds)
+    _entry_lines: dict[str, int] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def entry_lines(self) -> dict[str, int]:
+        """Every entry id, and the index of its line."""
+        if self._entry_lines is None:
+            found: dict[str, int] = {}
+            for entries, at in ((self.core, self.core_lines), (self.archival, self.archival_lines)):
+                found.update(zip((entry.entry_id for entry in entries), at, strict=True))
+            self._entry_lines = found
+        return self._entry_lines
+
+    def line_indexes(self, scope: str) -> array[int]:
+        return self.core_lines if scope == CORE else self.archival_lines
+
+    def add_entry(self, entry: Entry, index: int) -> None:
+        """An entry (of its scope's section) on line ``index``, after the others."""
+        self.entries(entry.scope).append(entry)
+        self.line_indexes(entry.scope).append(index)
+        if self._entry_lines is not None:
+            self._entry_lines[entry.entry_id] = index
 
     @property
     def parseable(self) -> bool:
@@ -311,10 +336,10 @@ def parse(text: str) -> MemoryDocument:
     if doc.conflict_lines:
         return doc
     entries: list[Entry] = []
+    at_lines = array("i")
     section: Section | None = None
     stamped_line = _STAMPED_LINE_RE.fullmatch
     allocate = doc.ids.allocate
-    entry_lines = doc.entry_lines
     for index, line in enumerate(lines):
         if section is not None:  # in a section: its entries, and what else it holds
             match = stamped_line(line)
@@ -330,13 +355,14 @@ def parse(text: str) -> MemoryDocument:
                 ts, content = parsed
                 entry_id = allocate(section.scope, ts, content)
                 entries.append(Entry(section.scope, ts, content, entry_id))
-                entry_lines[entry_id] = index
+                at_lines.append(index)
                 section.last_content_index = index
                 continue
         opened = _heading(doc, line, index)
         if opened is not _SKIP:  # a heading that ends a section, opening one or none
             section = opened
-            entries = doc.entries(opened.scope) if opened is not None else entries
+            if opened is not None:
+                entries, at_lines = doc.entries(opened.scope), doc.line_indexes(opened.scope)
     return doc
 
 
@@ -430,8 +456,7 @@ def record_appended_many(doc: MemoryDocument, appended_text: str, entries: Seque
         doc.lines.append(line)
         index = len(doc.lines) - 1
         doc.ids.allocate(entry.scope, entry.ts, entry.content)
-        doc.entries(entry.scope).append(entry)
-        doc.entry_lines[entry.entry_id] = index
+        doc.add_entry(entry, index)
         doc.sections[entry.scope].last_content_index = index
 
 
