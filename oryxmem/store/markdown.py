@@ -64,12 +64,12 @@ SAVE_ATTEMPTS = 20
 # and writes again in pieces would write over an append, or into the inode a rename
 # orphans.
 QUIET_SECONDS = 0.3
+QUIET_PATIENCE = 1.0  # in all, for one spell of someone else's writing: then write anyway
+READ_ATTEMPTS = 20
 # A file this large leaves the heap tens of megabytes it no longer needs once parsed (the
 # text, its lines split, the parse's pieces): given back to the system at once (at
 # 100,000 entries, 38 of the 95 MB a parse added to the daemon).
 TRIM_AFTER_BYTES = 1 << 20
-QUIET_PATIENCE = 1.0  # in all, for one spell of someone else's writing: then write anyway
-READ_ATTEMPTS = 20
 
 
 class Append(NamedTuple):
