@@ -38,6 +38,7 @@ SAMPLE = 4096
 HEADROOM_CODE = 100.0
 _FAISS_LOCK = threading.Lock()
 _FAISS: list[Any] = []
+_LIMITED = threading.local()  # this thread has set faiss's and the BLAS's threads to one
 
 
 def faiss_module() -> Any:
@@ -49,17 +50,26 @@ def faiss_module() -> Any:
     The BLAS libraries loaded by then (numpy's, faiss's) are held to one thread as well:
     the products a search does (200 rescored rows times the query) are too small to
     split, and the pool's threads, spinning after each, took the processor from the
-    model's: at 10,000 entries a search took 13.5 ms p50, 8.6 ms with one thread."""
+    model's: at 10,000 entries a search took 13.5 ms p50, 8.6 ms with one thread.
+
+    OpenMP keeps its number of threads per thread (faiss's OpenBLAS is built on it), so
+    the limits are set on each thread that asks, the first time it does: set once, they
+    held only on the thread that asked first, and the daemon's other reader scanned on
+    two."""
     with _FAISS_LOCK:
         if not _FAISS:
             os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
             import faiss
-            from threadpoolctl import threadpool_limits
 
-            faiss.omp_set_num_threads(1)
-            threadpool_limits(limits=1, user_api="blas")
             _FAISS.append(faiss)
-        return _FAISS[0]
+        faiss = _FAISS[0]
+    if not getattr(_LIMITED, "done", False):
+        from threadpoolctl import threadpool_limits
+
+        faiss.omp_set_num_threads(1)
+        threadpool_limits(limits=1, user_api="blas")
+        _LIMITED.done = True
+    return faiss
 
 
 class PackedVectors:
