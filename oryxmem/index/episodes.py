@@ -38,7 +38,13 @@ import numpy as np
 from oryxmem.index.days import days_named
 from oryxmem.index.terms import index_text, match_any, query_terms
 from oryxmem.index.vectors import normalised_top
-from oryxmem.store.db import Executes, database_file, insert_values, write_transaction
+from oryxmem.store.db import (
+    Executes,
+    database_file,
+    insert_values,
+    select_in,
+    write_transaction,
+)
 
 if TYPE_CHECKING:
     from datetime import date
@@ -452,14 +458,12 @@ class EpisodeIndex:
 def _with_neighbours(db: Executes, scores: dict[int, float]) -> dict[int, float]:
     """Each round's score plus NEIGHBOUR_SHARE of the best of the rounds before and after
     it; a round beside a scored one becomes a candidate too."""
-    if not scores:
-        return {}
-    marks = ",".join("?" * len(scores))
-    pairs = db.execute(
+    pairs = select_in(
+        db,
         "SELECT e.id, n.id FROM episodes e JOIN episodes n ON n.session = e.session"
-        f" AND n.round IN (e.round - 1, e.round + 1) WHERE e.id IN ({marks})",
+        " AND n.round IN (e.round - 1, e.round + 1) WHERE e.id IN ({marks})",
         list(scores),
-    ).fetchall()
+    )
     best_beside: dict[int, float] = {}
     for scored, beside in pairs:
         best_beside[beside] = max(best_beside.get(beside, 0.0), scores[scored])
@@ -471,15 +475,14 @@ def _with_neighbours(db: Executes, scores: dict[int, float]) -> dict[int, float]
 
 def _said_on(db: Executes, agent: str, other: str, days: set[date]) -> set[int]:
     """The agent's rounds (none of session ``other``) that began on one of these days."""
-    if not days:
-        return set()
-    marks = ",".join("?" * len(days))
     return {
         int(row[0])
-        for row in db.execute(
+        for row in select_in(
+            db,
             "SELECT id FROM episodes WHERE agent = ? AND session != ?"
-            f" AND substr(at, 1, 10) IN ({marks})",
-            [agent, other, *sorted(day.isoformat() for day in days)],
+            " AND substr(at, 1, 10) IN ({marks})",
+            sorted(day.isoformat() for day in days),
+            [agent, other],
         )
     }
 

@@ -14,14 +14,13 @@ import threading
 import time
 import unicodedata
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 from support.daemon import RunningDaemon, daemon
 from support.processes import run_cli
-from support.sync import sql
+from support.sync import sql, write_lock_held
 
 from oryxmem.daemon import worker as worker_module
 from oryxmem.daemon.worker import MemoryWorker
@@ -159,33 +158,11 @@ def test_a_call_mirrors_the_saves_first_but_not_tool_records_alone(
         worker.stop()
 
 
-@contextmanager
-def write_lock_held(workspace: Workspace) -> Iterator[subprocess.Popen[str]]:
-    """Another program (the sqlite3 shell) holding the database's write lock, taken for
-    sure before the body runs, let go after it."""
-    holder = subprocess.Popen(
-        ["sqlite3", "-cmd", ".timeout 10000", str(workspace.db_path)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert holder.stdin is not None and holder.stdout is not None
-    holder.stdin.write("BEGIN EXCLUSIVE;\nSELECT 'held';\n")
-    holder.stdin.flush()
-    assert holder.stdout.readline().strip() == "held"
-    try:
-        yield holder
-    finally:
-        holder.stdin.write("COMMIT;\n.quit\n")
-        holder.stdin.flush()
-        holder.wait(timeout=30)
-
-
 def test_health_answers_while_another_program_holds_the_database_locked(
     running: RunningDaemon, workspace: Workspace
 ) -> None:
     """A3: a database locked by another program may delay the rows, never health."""
-    with write_lock_held(workspace):
+    with write_lock_held(workspace.db_path):
         started = time.monotonic()
         data = healthy(running)
         assert time.monotonic() - started < 5, data
@@ -199,7 +176,7 @@ def test_a_tool_call_is_answered_before_its_record_and_the_record_waits_out_a_lo
     program holding the write lock the save is answered and its record waits, queued,
     then lands once the lock goes (it is not dropped after a busy timeout)."""
     calls = "SELECT tool, agent, ok FROM tool_invocations"
-    with write_lock_held(workspace) as holder:
+    with write_lock_held(workspace.db_path) as holder:
         body = json.dumps({"content": "answered under a lock", "agent": "coder"})
         status, reply = running.curl("-d", body, "http://x/api/v1/tools/save_memory", timeout=30)
         assert status == 200, reply
@@ -217,7 +194,7 @@ def test_saves_under_another_program_s_lock_are_answered_and_their_rows_follow_i
     """Every save is answered while another program holds the write lock; the mirror
     meets that lock (said once, as another program's), never the daemon's own threads'
     (an expected wait, said nothing of), and the rows come once it goes."""
-    with write_lock_held(workspace) as holder:
+    with write_lock_held(workspace.db_path) as holder:
         for n in range(20):
             body = json.dumps({"content": f"saved under a lock {n}"})
             status, reply = running.curl("-d", body, "http://x/api/v1/agents/coder/memory")
@@ -774,7 +751,7 @@ def test_a_save_answered_just_before_a_crash_survives_a_stale_buffer_written_mea
     path = workspace.memory_path("crash")
     eventually(workspace, "SELECT count(*) FROM memory_entries WHERE agent = 'crash'", "1", 30)
     stale = path.read_text()
-    with write_lock_held(workspace):  # the rows cannot follow the saves
+    with write_lock_held(workspace.db_path):  # the rows cannot follow the saves
         for n in range(3):
             assert save_to(running, "crash", f"answered {n}")[0] == 200
         editor = path.with_name("MEMORY.md.swp")

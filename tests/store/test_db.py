@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from support.sync import write_lock_held
 
 from oryxmem.backends.sqlite import SqliteMemoryStore
 from oryxmem.index import catch_up
@@ -213,25 +214,6 @@ def test_rows_inserted_many_to_a_statement_arrive_whole_and_in_order(tmp_path: P
     assert found.strip() == "entry number 206 ü"
 
 
-def holding_exclusive(db_path: Path) -> subprocess.Popen[str]:
-    """The sqlite3 shell holding BEGIN EXCLUSIVE until told to COMMIT."""
-    holder = subprocess.Popen(
-        ["sqlite3", str(db_path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-    )
-    assert holder.stdin is not None and holder.stdout is not None
-    holder.stdin.write("BEGIN EXCLUSIVE;\nSELECT 'held';\n")
-    holder.stdin.flush()
-    assert holder.stdout.readline().strip() == "held"
-    return holder
-
-
-def release(holder: subprocess.Popen[str]) -> None:
-    assert holder.stdin is not None
-    holder.stdin.write("COMMIT;\n.quit\n")
-    holder.stdin.flush()
-    holder.wait(timeout=30)
-
-
 def test_a_write_that_may_wait_briefly_is_not_held_up_by_a_thread_waiting_for_another_program(
     tmp_path: Path,
 ) -> None:
@@ -241,7 +223,6 @@ def test_a_write_that_may_wait_briefly_is_not_held_up_by_a_thread_waiting_for_an
     later), not kept at the gate behind a thread that waits up to ten seconds."""
     db_path = tmp_path / "oryxos.db"
     patient, brief = connect(db_path), connect(db_path)
-    holder = holding_exclusive(db_path)
     waited: list[str] = []
 
     def write_patiently() -> None:
@@ -250,8 +231,8 @@ def test_a_write_that_may_wait_briefly_is_not_held_up_by_a_thread_waiting_for_an
         waited.append("written")
 
     thread = threading.Thread(target=write_patiently)
-    thread.start()
-    try:
+    with write_lock_held(db_path):
+        thread.start()
         time.sleep(0.3)  # the patient writer is waiting for the shell's lock now
         with (
             pytest.raises(sqlite3.OperationalError) as refused,
@@ -261,9 +242,7 @@ def test_a_write_that_may_wait_briefly_is_not_held_up_by_a_thread_waiting_for_an
             pass
         assert not isinstance(refused.value, OwnWritersBusy)  # another program: say so
         assert is_locked(refused.value) and waited == []
-    finally:
-        release(holder)
-        thread.join(timeout=30)
+    thread.join(timeout=30)
     assert waited == ["written"]  # it got the lock once the shell let go
     with write_transaction(brief):  # and the gate is free again
         pass

@@ -31,6 +31,28 @@ def sql(workspace: Workspace, statement: str) -> str:
     return done.stdout
 
 
+@contextmanager
+def write_lock_held(db_path: Path) -> Iterator[subprocess.Popen[str]]:
+    """Another program (the sqlite3 shell) holding the database's write lock, taken for
+    sure before the body runs, let go after it."""
+    holder = subprocess.Popen(
+        ["sqlite3", "-cmd", ".timeout 10000", str(db_path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdin is not None and holder.stdout is not None
+    holder.stdin.write("BEGIN EXCLUSIVE;\nSELECT 'held';\n")
+    holder.stdin.flush()
+    assert holder.stdout.readline().strip() == "held"
+    try:
+        yield holder
+    finally:
+        holder.stdin.write("COMMIT;\n.quit\n")
+        holder.stdin.flush()
+        holder.wait(timeout=30)
+
+
 def file_items(workspace: Workspace, agent: str) -> Counter:
     path = workspace.memory_path(agent)
     if not path.exists():
