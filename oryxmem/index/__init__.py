@@ -97,14 +97,10 @@ class DerivedIndex(ABC):
     def search(self, db: Executes, agent: str, query: str, limit: int | None) -> list[Hit]:
         """The agent's rows that match query, best first (at most limit of them)."""
 
-    def prepare(self, rows: Sequence[IndexRow]) -> None:
+    def prepare(self, rows: Sequence[IndexRow]) -> None:  # noqa: B027 (most need nothing)
         """Work add() will need for these rows that can be done before the write lock is
-        taken (embedding them): slow indexes do it here; by default, prepare_texts."""
-        self.prepare_texts([row.content for row in rows])
-
-    def prepare_texts(self, texts: Sequence[str]) -> None:  # noqa: B027 (most need nothing)
-        """What prepare does that needs only the rows' texts (stemming them): done for
-        saves before the mirror's transaction, when their rows do not exist yet."""
+        taken (embedding them, stemming them): add() then holds the lock for its writes
+        only. Nothing by default."""
 
     def dependents(self, db: Executes, row_ids: Sequence[int]) -> list[int]:
         """Other rows whose entry in this index changes when these rows change (an index
@@ -265,10 +261,12 @@ def is_caught_up(db: Executes, index: DerivedIndex) -> bool:
 
 @dataclass(frozen=True)
 class Step:
-    """One batch of catching up: rows to forget, rows to take in, the state after."""
+    """One batch of catching up: rows to forget, rows to take in, the state it was read
+    from and the state after."""
 
     stale: list[int]
     rows: list[IndexRow]
+    before: IndexState
     after: IndexState
 
 
@@ -294,7 +292,7 @@ def next_step(
         # have taken it in already, as a dependent of a row before it.
         row_ids = sorted(changed | set(index.dependents(db, sorted(changed))))
         after = IndexState(state.identity, changes[-1][0], state.backfill_below)
-        return Step(row_ids, index_rows(db, row_ids), after)
+        return Step(row_ids, index_rows(db, row_ids), state, after)
     if state.backfill_below:
         found = db.execute(
             "SELECT id FROM memory_entries WHERE id < ? ORDER BY id DESC LIMIT ?",
@@ -302,19 +300,30 @@ def next_step(
         ).fetchall()
         row_ids = [row[0] for row in found]
         below = row_ids[-1] if len(row_ids) == size else 0  # 0: none are left
-        return Step(
-            row_ids, index_rows(db, row_ids), IndexState(state.identity, state.cursor, below)
-        )
+        after = IndexState(state.identity, state.cursor, below)
+        return Step(row_ids, index_rows(db, row_ids), state, after)
     return None
 
 
 def upcoming(db: Executes, index: DerivedIndex, rows: int | None = None) -> Step | None:
     """The next step of catch_up (of ``rows``; None while the index is not built at its
     version, or is current): what an index prepares outside the write lock, and then
-    takes in with catch_up(..., through=step.after.cursor), so that changes that came
-    in between wait for the next step instead of being prepared under the lock."""
+    takes in with take_step, so that changes that came in between wait for the next
+    step instead of being prepared under the lock."""
     state = built_state(db, index)
     return None if state is None else next_step(db, index, state, rows)
+
+
+def take_step(db: Database, index: DerivedIndex, step: Step, rows: int | None = None) -> int:
+    """Take in a step read (by upcoming) before the write lock was taken; the caller holds
+    it now. The step is taken as read while the index is still where it was read from:
+    a row changed or deleted since has a later change, which a later step takes in, so
+    nothing is read again under the lock. If the index moved meanwhile (another step, a
+    rebuild), the next step is read again, of ``rows`` as upcoming's was, going no
+    further in the changes than it did. Returns the rows taken in."""
+    if built_state(db, index) == step.before:
+        return _apply(db, index, step)
+    return catch_up(db, index, max_steps=1, rows=rows, through=step.after.cursor)
 
 
 def behind_by_more_than(db: Executes, index: DerivedIndex, rows: int) -> bool:
@@ -364,12 +373,17 @@ def catch_up(
         if step is None:
             break
         steps += 1
-        index.remove(db, step.stale)
-        index.add(db, step.rows)
+        taken += _apply(db, index, step)
         state = step.after
-        write_index_state(db, index, state)
-        taken += len(step.rows) or 1  # a step that only forgot rows still did work
     return taken
+
+
+def _apply(db: Database, index: DerivedIndex, step: Step) -> int:
+    """Forget the step's stale rows, take in its rows, move the index's state on."""
+    index.remove(db, step.stale)
+    index.add(db, step.rows)
+    write_index_state(db, index, step.after)
+    return len(step.rows) or 1  # a step that only forgot rows still did work
 
 
 def index_rows(db: Executes, row_ids: Sequence[int]) -> list[IndexRow]:

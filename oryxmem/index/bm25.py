@@ -75,10 +75,10 @@ class BM25Index(DerivedIndex):
         ).rowcount
         db.execute("UPDATE memory_terms_count SET entries = entries - ?", [max(gone, 0)])
 
-    def prepare_texts(self, texts: Sequence[str]) -> None:
+    def prepare(self, rows: Sequence[IndexRow]) -> None:
         """Stem the rows' texts before the write lock is taken (their context is mostly
         the rows just before them, in the same batch)."""
-        self._terms = {text: index_text(text) for text in texts}
+        self._terms = {row.content: index_text(row.content) for row in rows}
 
     def _text(self, content: str) -> str:
         terms = self._terms.get(content)

@@ -102,11 +102,7 @@ class MemoryService:
 
     @cached_property
     def saving(self) -> Saving:
-        return Saving(
-            self.shared,
-            lambda: self.upkeep.take_a_step(),
-            lambda texts: self.upkeep.prepare_texts(texts),
-        )
+        return Saving(self.shared, lambda: self.upkeep.take_a_step())
 
     @cached_property
     def upkeep(self) -> Upkeep:

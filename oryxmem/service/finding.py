@@ -39,8 +39,9 @@ log = logging.getLogger("oryxmem")
 # rows through a read-only connection: a recall from the CLI asks the rows first.
 ROWS_ANSWER_FROM_BYTES = 256 * 1024
 # A search with no daemon to embed in the background embeds this many steps of the
-# vector index first (64 rows a step), then answers and says what is left.
-SEARCH_EMBED_STEPS = 16
+# vector index first (256 rows a step: about a thousand rows), then answers and says
+# what is left.
+SEARCH_EMBED_STEPS = 4
 # A hybrid recall returns an entry the keyword arm did not find only when its meaning is
 # this close to the question (cosine): a recall of 'ci' in a two-entry memory is not
 # answered with both.

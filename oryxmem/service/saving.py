@@ -105,14 +105,11 @@ class Saving:
         self,
         shared: Shared,
         indexes_take_a_step: Callable[[], object],
-        indexes_prepare: Callable[[Sequence[str]], object],
     ) -> None:
         """``indexes_take_a_step``: the indexes that follow saves take in a batch of the
-        rows (in the mirror's transaction, when it is asked to); ``indexes_prepare``:
-        they prepare the saves' texts before it (Upkeep.prepare_texts)."""
+        rows (after a mirror, when it is asked to: Upkeep.take_a_step)."""
         self.shared = shared
         self._indexes_take_a_step = indexes_take_a_step
-        self._indexes_prepare = indexes_prepare
         self._unmirrored: dict[str, _Unmirrored] = {}
         # Tool calls answered but not yet in tool_invocations, with when the first came
         # (monotonic): written with the next mirror, in its transaction. Queued from
@@ -281,11 +278,11 @@ class Saving:
 
     def mirror_saves(self, *, indexes_follow: bool = False) -> list[str]:
         """Every save written but not yet in the rows goes in, in one transaction (with
-        ``indexes_follow``, the indexes that follow saves take a batch in it too). Returns
-        the agents whose rows still lag their file (someone else wrote too): reconcile
-        them soon. The tool calls' records go in with them. A failure here loses nothing
-        (the files have every save): the saves and records stay queued, and the first
-        failure of a spell is logged."""
+        ``indexes_follow``, the indexes that follow saves then take a batch, in a short
+        transaction of their own). Returns the agents whose rows still lag their file
+        (someone else wrote too): reconcile them soon. The tool calls' records go in with
+        them. A failure here loses nothing (the files have every save): the saves and
+        records stay queued, and the first failure of a spell is logged."""
         if not self._unmirrored and self._records_since is None:
             return []
         pending, self._unmirrored = self._unmirrored, {}
@@ -293,9 +290,6 @@ class Saving:
         lagging = list(pending)
         db = self.shared.db
         try:
-            if indexes_follow:
-                texts = [e.content for s in pending.values() for a in s.appends for e in a.entries]
-                self._indexes_prepare(texts)
             with write_transaction(db):
                 insert_tool_records(db, records)
                 for agent, saves in pending.items():
@@ -305,8 +299,6 @@ class Saving:
                     for repair in self.shared.files.get(agent).take_repairs():
                         log.warning("%s", repair)
                         rows.record_history(db, agent, "repair", "file", None, repair)
-                if indexes_follow:  # the rows of these saves, or a step of a rebuild
-                    self._indexes_take_a_step()
             for agent in pending:  # committed: the log of answered saves may let go
                 self.shared.files.get(agent).rows_have_answered()
         except Exception as error:  # the file has them; the acks stand. Tried again soon:
@@ -319,7 +311,19 @@ class Saving:
         self.mirrors += 1
         self._failing = False
         self.mirror_not_before = 0.0
+        if indexes_follow:  # the rows of these saves, or a step of a rebuild
+            self._follow()
         return lagging
+
+    def _follow(self) -> None:
+        """The indexes that follow saves take a step. They are derived: a failure is
+        caught up later (before a search, when the memory thread is idle); only what is
+        not an expected wait for a lock is logged."""
+        try:
+            self._indexes_take_a_step()
+        except Exception as error:
+            if not isinstance(error, OwnWritersBusy) and not is_locked(error):
+                log_failure(log, "the indexes did not follow the saves; caught up later", error)
 
     def _mirror_failed(self, error: Exception) -> None:
         """Try again soon; say so once a spell, unless it was an expected wait (the

@@ -1,7 +1,7 @@
 """Index upkeep: the derived indexes kept up to the rows (oryxmem/index/).
 
 The indexes that follow saves (keyword, BM25, "the words") take in the saves' rows in
-steps of FOLLOW_ROWS, in the mirror's own transaction or before a search; a backlog
+steps of FOLLOW_ROWS, right after the mirror's transaction or before a search; a backlog
 (more than BACKLOG_ROWS: a restore, a git pull, an import, a reindex) is taken in by
 ``words_step``, on the daemon's indexer thread, in steps prepared (stemmed) with no lock
 held and written in short transactions, before any vector is embedded. The slow indexes
@@ -31,6 +31,7 @@ from oryxmem.index import (
     load_indexes,
     pending,
     rebuild,
+    take_step,
     upcoming,
     waiting_rows,
 )
@@ -41,8 +42,8 @@ from oryxmem.store.db import write_transaction
 if TYPE_CHECKING:
     from oryxmem.index.vectors import VectorIndex
 
-# The rows the indexes that follow saves take in at one step in the mirror's transaction:
-# a few milliseconds of work.
+# The rows the indexes that follow saves take in at one step after a mirror or before a
+# search: a few milliseconds of writes (their reading and stemming is done before).
 FOLLOW_ROWS = 512
 # More changes than this for an index to take in is a backlog (a restore, a git pull, an
 # import, a reindex): the memory thread leaves it to the indexer thread's words_step, so
@@ -112,15 +113,10 @@ class Upkeep:
     ) -> int:
         return sum(catch_up(self.shared.db, index, max_steps, rows) for index in indexes)
 
-    def prepare_texts(self, texts: Sequence[str]) -> None:
-        """Before the mirror's transaction: what the indexes that follow saves can do on
-        the saves' texts with no lock held (stem them), so the transaction is short."""
-        for index in self.following_saves():
-            index.prepare_texts(texts)
-
     def take_a_step(self) -> int:
-        """One small step of each index that follows saves, in the caller's transaction."""
-        return self._catch_up(self.following_saves(), max_steps=1, rows=FOLLOW_ROWS)
+        """After a mirror: one step of FOLLOW_ROWS of each index that follows saves (the
+        saves' rows, or a step of a rebuild), prepared with no lock held."""
+        return self._prepared_steps(self.following_saves(), FOLLOW_ROWS)
 
     def catch_up_indexes(self, max_steps: int | None = None) -> int:
         """Bring the indexes that follow saves up to the rows (at most max_steps batches
@@ -137,16 +133,19 @@ class Upkeep:
         """In the daemon, before a search and when the memory thread is idle: the indexes
         that follow saves take in what they lack, unless that is a backlog (more than
         BACKLOG_ROWS), which the indexer thread takes in (words_step) while searches
-        answer without it and say so. Returns the rows taken in."""
+        answer without it and say so. Each step's rows are read and prepared (stemmed)
+        with no lock held, then taken in with a short write. Returns the rows taken in."""
         db = self.shared.db
         behind = [index for index in self.following_saves() if not is_caught_up(db, index)]
         if not behind:
             return 0
         small = [index for index in behind if not behind_by_more_than(db, index, BACKLOG_ROWS)]
-        with write_transaction(db):
-            for index in behind:  # one never built here is made, empty, to be searched
-                ensure_built(db, index)
-            return self._catch_up(small, max_steps=None, rows=FOLLOW_ROWS)
+        self._ensure_built(behind)  # one never built here is made, empty, to be searched
+        taken = 0
+        while small and (step := self._prepared_steps(small, FOLLOW_ROWS)):
+            taken += step
+            small = [index for index in small if not is_caught_up(db, index)]
+        return taken
 
     def words_caught_up(self) -> bool:
         """Have the indexes that follow saves taken in every row?"""
@@ -192,24 +191,37 @@ class Upkeep:
         for index in self.indexes.values():
             if index.follows_saves or is_caught_up(db, index):
                 continue
-            if built_state(db, index) is None:
-                with write_transaction(db):
-                    ensure_built(db, index)
             step = self._prepared_step(index)
             self._note_taken(index.name, step)
             taken += step
         return taken
 
     def _prepared_step(self, index: DerivedIndex, rows: int | None = None) -> int:
-        """One step of catch_up: its rows prepared (stemmed, embedded) with no lock held,
-        then taken in with a short write that goes no further than what was prepared
-        (saves that came meanwhile are the next step's). Returns the rows taken in."""
+        return self._prepared_steps([index], rows)
+
+    def _prepared_steps(self, indexes: Sequence[DerivedIndex], rows: int | None = None) -> int:
+        """One step of catch_up of each index: its rows read and prepared (stemmed,
+        embedded) with no lock held, then all taken in with one short write that goes no
+        further than what was prepared (saves that came meanwhile are the next step's).
+        Returns the rows taken in."""
         db = self.shared.db
-        ahead = upcoming(db, index, rows)
-        index.prepare(ahead.rows if ahead is not None else [])  # the slow part
-        through = ahead.after.cursor if ahead is not None else None
+        self._ensure_built(indexes)
+        ahead = [(index, step) for index in indexes if (step := upcoming(db, index, rows))]
+        if not ahead:
+            return 0
+        for index, step in ahead:
+            index.prepare(step.rows)  # the slow part
         with write_transaction(db):
-            return catch_up(db, index, max_steps=1, rows=rows, through=through)
+            return sum(take_step(db, index, step, rows) for index, step in ahead)
+
+    def _ensure_built(self, indexes: Sequence[DerivedIndex]) -> None:
+        """Make the indexes not built here at their version (empty, to be caught up)."""
+        db = self.shared.db
+        unbuilt = [index for index in indexes if built_state(db, index) is None]
+        if unbuilt:
+            with write_transaction(db):
+                for index in unbuilt:
+                    ensure_built(db, index)
 
     def _note_taken(self, name: str, rows: int) -> None:
         now = time.monotonic()

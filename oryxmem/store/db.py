@@ -246,6 +246,22 @@ def write_transaction(db: D) -> Iterator[D]:
             gate.release()
 
 
+@contextmanager
+def read_snapshot(db: Database) -> Iterator[Database]:
+    """BEGIN ... ROLLBACK around reads: one consistent view of the database that takes no
+    write lock (in WAL, writers go on meanwhile); inside a transaction already open, its
+    view. Nothing written inside is kept."""
+    if db.conn.in_transaction:
+        yield db
+        return
+    db.conn.execute("BEGIN")
+    try:
+        yield db
+    finally:
+        if db.conn.in_transaction:
+            db.conn.execute("ROLLBACK")
+
+
 def _begin_through(gate: threading.Lock, db: Database) -> None:
     """BEGIN IMMEDIATE holding the gate. Another program's lock is waited for with the
     gate let go (SQLite's busy handler would wait holding it, and hold up every thread

@@ -1,4 +1,4 @@
-"""The rows of memory_entries and what is kept beside them: history, quarantine, sync_state.
+"""The rows of memory_entries and what is kept beside them: history, sync_state.
 
 The rows are the contract other programs write with plain SQL; the triggers of
 schema.py log every write in memory_changes. Every function here that writes
@@ -11,17 +11,14 @@ from __future__ import annotations
 
 import bisect
 import json
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from oryxmem.clock import TIMESTAMP_RE
-from oryxmem.errors import OryxError
 from oryxmem.fileio import FileStat
 from oryxmem.store.db import Executes, insert_values, select_in
-from oryxmem.store.format import SCOPES, Entry, EntryIds, normalize_content
+from oryxmem.store.format import SCOPES, Entry, EntryIds
 from oryxmem.store.markdown import Append
-from oryxmem.workspace import agent_name_problem
 
 if TYPE_CHECKING:
     from oryxmem.store.db import Database
@@ -55,87 +52,11 @@ def insert_waiting_row(db: Database, agent: str, entry: Entry, source: str) -> N
     record_history(db, agent, "add", source, entry, "waiting: MEMORY.md has conflict markers")
 
 
-def row_problem(
-    agent: str, scope: Any, ts: Any, content: Any, max_content_chars: int
-) -> str | None:
-    """Why a row another program wrote cannot become a line of MEMORY.md, if it cannot."""
-    if agent and agent_name_problem(agent):
-        return f"unsafe agent name {agent!r}: {agent_name_problem(agent)}"
-    if scope not in SCOPES:
-        return f"scope must be 'core' or 'archival', not {scope!r}"
-    if ts is not None and not (isinstance(ts, str) and TIMESTAMP_RE.fullmatch(ts)):
-        return f"ts must be 'yyyy-MM-dd HH:mm:ss' or NULL, not {ts!r}"
-    if not isinstance(content, str):
-        return f"content must be text, not {type(content).__name__}"
-    try:
-        text = normalize_content(content)
-    except OryxError as error:
-        return error.message
-    if len(text) > max_content_chars:
-        return f"content is {len(text)} characters; the limit is {max_content_chars}"
-    return None
-
-
-def quarantine_invalid_rows(
-    db: Database, agent: str, max_content_chars: int, since_seq: int
-) -> list[str]:
-    """Move this agent's rule-breaking rows to memory_quarantine; strip padded content.
-
-    Only rows another program wrote can break the rules: those it inserted (no entry
-    id yet) and those it changed after ``since_seq`` (the change log says which)."""
-    reasons = []
-    rows = db.execute(
-        "SELECT id, scope, ts, content FROM memory_entries WHERE agent = ?1 AND entry_id IS NULL"
-        " UNION SELECT e.id, e.scope, e.ts, e.content FROM memory_changes c"
-        " JOIN memory_entries e ON e.id = c.row_id"
-        " WHERE c.agent = ?1 AND c.op = 'update' AND c.seq > ?2 AND e.agent = ?1",
-        [agent, since_seq],
-    ).fetchall()
-    for row_id, scope, ts, content in rows:
-        problem = row_problem(agent, scope, ts, content, max_content_chars)
-        if problem is None:
-            if content != content.strip():
-                db.execute(
-                    "UPDATE memory_entries SET content = ? WHERE id = ?", [content.strip(), row_id]
-                )
-            continue
-        quarantine_row(db, row_id, agent, scope, ts, content, problem)
-        reasons.append(problem)
-    return reasons
-
-
-def quarantine_row(
-    db: Database, row_id: int, agent: str, scope: Any, ts: Any, content: Any, reason: str
-) -> None:
-    db.execute(
-        "INSERT INTO memory_quarantine(row_id, agent, scope, ts, content, reason)"
-        " VALUES (?, ?, ?, ?, ?, ?)",
-        [row_id, agent, str(scope), None if ts is None else str(ts), _text(content), reason],
-    )
-    db.execute("DELETE FROM memory_entries WHERE id = ?", [row_id])
-    record_history(db, agent, "quarantine", "db", None, reason, scope=str(scope), content=content)
-
-
-def _text(value: Any) -> str | None:
+def as_text(value: Any) -> str | None:
+    """A value another program put in a text column, as text (bytes decoded)."""
     if value is None or isinstance(value, str):
         return value
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
-
-
-def unsafe_agents_with_rows(db: Database) -> list[str]:
-    """Agent names in memory_entries that can never be a directory of .oryxos/agents/."""
-    names = [row[0] for row in db.execute("SELECT DISTINCT agent FROM memory_entries")]
-    return [name for name in names if name and agent_name_problem(str(name))]
-
-
-def quarantine_agent(db: Database, agent: str) -> int:
-    rows = db.execute(
-        "SELECT id, scope, ts, content FROM memory_entries WHERE agent = ?", [agent]
-    ).fetchall()
-    problem = f"unsafe agent name {agent!r}: {agent_name_problem(str(agent))}"
-    for row_id, scope, ts, content in rows:
-        quarantine_row(db, row_id, str(agent), scope, ts, content, problem)
-    return len(rows)
 
 
 def read_rows(db: Database, agent: str) -> list[RowTuple]:
@@ -382,7 +303,7 @@ def record_history(
         record_history_rows(db, [history_row(agent, op, source, entry, detail)])
     else:
         record_history_rows(
-            db, [(agent, op, source, scope, None, None, _text(content), detail, None, 0)]
+            db, [(agent, op, source, scope, None, None, as_text(content), detail, None, 0)]
         )
 
 
@@ -471,14 +392,6 @@ def history(db: Database, agent: str | None, limit: int) -> list[dict[str, Any]]
     ).fetchall()
     keys = ("at", "agent", "op", "source", "scope", "ts", "content", "detail")
     return [dict(zip(keys, row, strict=True)) for row in reversed(rows)]
-
-
-def quarantined(db: Database) -> Iterable[dict[str, Any]]:
-    keys = ("at", "row_id", "agent", "scope", "ts", "content", "reason")
-    for row in db.execute(
-        "SELECT at, row_id, agent, scope, ts, content, reason FROM memory_quarantine ORDER BY id"
-    ):
-        yield dict(zip(keys, row, strict=True))
 
 
 def sync_summary(db: Database, recent_repairs: int = 5) -> dict[str, Any]:

@@ -1,14 +1,17 @@
 """The sync engine: one idempotent reconcile per agent, run on any hint that it may be due.
 
-Events are hints; reconcile_agent decides. It holds the agent's file lock and
-one SQLite write transaction, reads both sides and the last agreed state,
-asks the pure merge what to do, writes the file first, then the rows, the
-history and the new agreed state in the same transaction. A crash anywhere
-leaves a state the next run finishes from.
+Events are hints; reconcile_agent decides. Holding the agent's file lock, it
+reads both sides and the last agreed state in one read snapshot, asks the pure
+merge what to do, writes the file first, then the rows, the history and the new
+agreed state in one short write transaction: the database's write lock is not
+held while the file is written and synced, so other programs' writes are not
+refused meanwhile. Rows that changed after the snapshot make the pass start
+again; a crash anywhere leaves a state the next run finishes from.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -20,8 +23,8 @@ from typing import TYPE_CHECKING
 from oryxmem.config import Config
 from oryxmem.errors import MemoryFileUnreadableError
 from oryxmem.fileio import ConcurrentChange, FileStat, file_stat, retry_on_change
-from oryxmem.store import rows
-from oryxmem.store.db import select_in, write_transaction
+from oryxmem.store import quarantine, rows
+from oryxmem.store.db import read_snapshot, select_in, write_transaction
 from oryxmem.store.format import Entry, MemoryDocument
 from oryxmem.store.markdown import MarkdownFiles, MarkdownMemoryStore
 from oryxmem.sync.git import git_operation_in_progress
@@ -42,6 +45,21 @@ DELETION_GRACE_SECONDS = 1.0
 
 class _DryRun(Exception):
     """Raised inside the transaction to roll back a --check pass."""
+
+
+@dataclass
+class _Look:
+    """What one reconcile read in one snapshot: the agreed state, the file's lines that are
+    not entries and its hash, the last change to the rows it saw, and what it decided
+    (``plan`` None: nothing, or with ``touched`` only the state moves)."""
+
+    state: rows.SyncState | None
+    notes: list[tuple[int, str]]
+    sha: str | None
+    seen_seq: int
+    plan: Plan | None = None
+    file_entries: list[Entry] = field(default_factory=list)
+    touched: bool = False
 
 
 @dataclass
@@ -182,8 +200,8 @@ class SyncEngine:
         """Rows whose agent name can never be a directory: quarantined, and reported."""
         reports = []
         with write_transaction(self.db):
-            for name in rows.unsafe_agents_with_rows(self.db):
-                count = rows.quarantine_agent(self.db, name)
+            for name in quarantine.unsafe_agents_with_rows(self.db):
+                count = quarantine.quarantine_agent(self.db, name)
                 log.warning("quarantined %d row(s) of unsafe agent name %r", count, name)
                 reports.append(
                     AgentReport(
@@ -240,9 +258,10 @@ class SyncEngine:
                 lines = ", ".join(map(str, doc.conflict_lines))
                 detail = f"git conflict markers on lines {lines}; resolve them to sync"
                 return self._mark_unusable(agent, "conflicted", detail, dry_run)
+            # A check runs in one write transaction, rolled back: it changes nothing.
+            checking = write_transaction(self.db) if dry_run else contextlib.nullcontext()
             try:
-                with write_transaction(self.db):
-                    self._record_repairs(agent, report.repairs, dry_run)
+                with checking:
                     self._reconcile_locked(agent, store, doc, key, report, dry_run)
             except _DryRun:
                 pass
@@ -261,59 +280,93 @@ class SyncEngine:
         report: AgentReport,
         dry_run: bool,
     ) -> None:
-        """The reconcile proper, inside the lock and the transaction."""
-        state = rows.read_state(self.db, agent, with_agreed=False)
-        notes = self._take_stock(agent, store, doc, state, report)
-        sha = file_sha256(doc.text) if key else None
-        forgetting = self._new_tombstones(agent, store, dry_run)
-        if not forgetting and self._nothing_to_do(agent, state, key, sha, notes, report, dry_run):
-            return
-        if state is not None:
-            state = rows.read_state(self.db, agent)  # now the agreed ids too
-        file_entries = doc.all_entries()
-        plan = self._plan(agent, file_entries, state, key)
-        self._describe(report, plan, file_entries)
+        """The reconcile proper, under the file's lock. Both sides are read and the plan
+        made in one read snapshot; the file is written with no transaction open; the write
+        lock is taken only to apply the plan to the rows and save the state."""
+        self._fix_rows(agent, report, dry_run)
+        stamp = store.tombstones.stamp()
+        with read_snapshot(self.db):
+            look = self._look(agent, store, (doc, key), report)
+        if look.plan is not None:
+            self._describe(report, look.plan, look.file_entries)
         if dry_run:
             raise _DryRun
-        written_ns = None
-        if plan.changes_file:
-            # Applied to the file this plan was made from, or refused (git or an editor
-            # wrote since it was read): then read both sides again.
+        if look.plan is not None or look.touched:
+            self._carry_out(agent, store, key, look)
+        self._tombstones_seen[agent] = stamp  # taken in: they changed nothing more
+
+    def _fix_rows(self, agent: str, report: AgentReport, dry_run: bool) -> None:
+        """The lock-time repairs into history, and the rows no file can hold quarantined:
+        a write transaction only when there is one of them."""
+        state = rows.read_state(self.db, agent, with_agreed=False)
+        since = state.change_seq if state is not None else 0
+        limit = self.config.max_content_chars
+        repairs = [] if dry_run else report.repairs
+        if not repairs and not quarantine.rows_to_fix(self.db, agent, limit, since):
+            return
+        with write_transaction(self.db):
+            self._record_repairs(agent, repairs)
+            report.quarantined = quarantine.quarantine_invalid_rows(self.db, agent, limit, since)
+
+    def _look(
+        self,
+        agent: str,
+        store: MarkdownMemoryStore,
+        read: tuple[MemoryDocument, FileStat | None],
+        report: AgentReport,
+    ) -> _Look:
+        """Read both sides (the file as ``read`` under its lock: its text and stat) and the
+        agreed state, and decide (in the caller's snapshot)."""
+        doc, key = read
+        state = rows.read_state(self.db, agent, with_agreed=False)
+        notes = self._take_stock(store, doc, state, report)
+        sha = file_sha256(doc.text) if key else None
+        look = _Look(state, notes, sha, rows.latest_change_seq(self.db))
+        forgetting = self._tombstones_changed(agent) and bool(store.tombstones.read())
+        if not forgetting and self._nothing_to_do(agent, look, key, report):
+            return look
+        if state is not None:
+            look.state = rows.read_state(self.db, agent)  # now the agreed ids too
+        look.file_entries = doc.all_entries()
+        look.plan = self._plan(agent, look.file_entries, look.state, key)
+        return look
+
+    def _carry_out(
+        self, agent: str, store: MarkdownMemoryStore, key: FileStat | None, look: _Look
+    ) -> None:
+        """Apply what was decided: the file first (applied to the file the plan was made
+        from, or refused: git or an editor wrote since it was read), then the rows, their
+        history and the new agreed state in one short write transaction. If this agent's
+        rows changed since the snapshot, ConcurrentChange: the pass runs again from the
+        file as now written, where identity by content finds what was written."""
+        plan, sha, notes, written_ns = look.plan, look.sha, look.notes, None
+        if plan is not None and plan.changes_file:
             store.edit_locked(plan.file_additions, plan.file_removals, based_on=key)
             written_ns = time.time_ns()  # under the lock, as a save's is
+            if plan.file_removals and key is not None:
+                _tombstone_row_deletes(store, plan, look.file_entries)
             doc, key = store.current_locked()
             if key != store.written_key:
                 raise ConcurrentChange(store.path)  # another writer right after
-            sha = file_sha256(doc.text)
-            notes = kept_lines(doc)
-        _apply_plan_to_rows(self.db, agent, plan, file_entries, written_ns)
-        previous = state.agreed if state is not None else None
-        if plan.file_removals and key is not None:
-            _tombstone_row_deletes(store, plan, file_entries)
-        self._save_state(agent, key, sha, plan.agreed, notes, previous)
-
-    def _new_tombstones(self, agent: str, store: MarkdownMemoryStore, dry_run: bool) -> bool:
-        """Has the agent's TOMBSTONES changed since the last reconcile read it (and does it
-        name anything)? Then every entry is looked at again."""
-        changed = self._tombstones_changed(agent) and bool(store.tombstones.read())
-        if not dry_run:  # read now; this transaction acts on them
-            self._tombstones_seen[agent] = store.tombstones.stamp()
-        return changed
+            sha, notes = file_sha256(doc.text), kept_lines(doc)
+        with write_transaction(self.db):
+            if rows.has_pending_changes(self.db, agent, look.seen_seq):
+                raise ConcurrentChange(store.path)  # the rows moved under the plan
+            if plan is None:  # the same bytes under a new stat: only the state moves
+                self._save_state(agent, key, sha, [], notes, previous=[])
+                return
+            _apply_plan_to_rows(self.db, agent, plan, look.file_entries, written_ns)
+            previous = look.state.agreed if look.state is not None else None
+            self._save_state(agent, key, sha, plan.agreed, notes, previous)
 
     def _take_stock(
         self,
-        agent: str,
         store: MarkdownMemoryStore,
         doc: MemoryDocument,
         state: rows.SyncState | None,
         report: AgentReport,
     ) -> list[tuple[int, str]]:
-        """Quarantine the rows no file can hold, and note the file's lines that are not
-        entries (those not told before go in the report); gives those lines."""
-        since = state.change_seq if state is not None else 0
-        report.quarantined = rows.quarantine_invalid_rows(
-            self.db, agent, self.config.max_content_chars, since
-        )
+        """The file's lines that are not entries (those not told before go in the report)."""
         notes = kept_lines(doc)
         told = set(state.notes) if state is not None else set()
         report.kept = [
@@ -324,17 +377,12 @@ class SyncEngine:
         return notes
 
     def _nothing_to_do(
-        self,
-        agent: str,
-        state: rows.SyncState | None,
-        key: FileStat | None,
-        sha: str | None,
-        notes: Sequence[tuple[int, str]],
-        report: AgentReport,
-        dry_run: bool,
+        self, agent: str, look: _Look, key: FileStat | None, report: AgentReport
     ) -> bool:
-        """True when the file and the rows already agree, or the file is just gone (an
-        editor's unlink and create): the report says which."""
+        """True when the file and the rows already agree (``look.touched``: the same bytes
+        under a new stat, which the state takes in), or the file is just gone (an editor's
+        unlink and create): the report says which."""
+        state = look.state
         settled = state is not None and not report.quarantined and rows.is_current(self.db, state)
         if settled and state is not None and key == state.file_stat:
             report.status = "unchanged"  # the echo of our own write, or a rescan
@@ -344,10 +392,9 @@ class SyncEngine:
             report.status = "deferred"  # an editor's unlink and create, a checkout: wait
             report.detail = "MEMORY.md was just removed; its entries go unless it returns"
             return True
-        if settled and state is not None and sha is not None and state.sha256 == sha:
+        if settled and state is not None and look.sha is not None and state.sha256 == look.sha:
             report.status = "unchanged"  # touched, same bytes
-            if not dry_run:
-                self._save_state(agent, key, sha, [], notes, previous=[])
+            look.touched = True
             return True
         return False
 
@@ -389,8 +436,8 @@ class SyncEngine:
                 continue
         return float("inf")
 
-    def _record_repairs(self, agent: str, repairs: Sequence[str], dry_run: bool) -> None:
-        if repairs and not dry_run:
+    def _record_repairs(self, agent: str, repairs: Sequence[str]) -> None:
+        if repairs:
             rows.record_history_rows(
                 self.db,
                 [(agent, "repair", "file", None, None, None, None, r, None, 0) for r in repairs],

@@ -9,7 +9,7 @@ import pytest
 
 from oryxmem.config import Config
 from oryxmem.daemon.indexer import Indexer
-from oryxmem.index import pending
+from oryxmem.index import catch_up, pending, take_step, upcoming
 from oryxmem.service import MemoryService
 from oryxmem.service.upkeep import BACKLOG_ROWS, WORDS_STEP_ROWS
 from oryxmem.store.db import write_transaction
@@ -165,7 +165,7 @@ def test_the_indexer_commits_unsynced_and_the_rows_stay_synced(
         other.close()
 
 
-def test_a_mirror_stems_the_saves_before_its_transaction(
+def test_the_words_take_a_mirrors_rows_in_stemmed_with_no_lock_held(
     in_daemon: MemoryService, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import oryxmem.index.bm25 as bm25_module
@@ -184,3 +184,28 @@ def test_a_mirror_stems_the_saves_before_its_transaction(
     assert mine == [False]
     hits = service.search("a", "kettle").hits
     assert [h.entry.content for h in hits] == ["the kettle whistles in the morning"]
+
+
+def test_a_step_read_before_the_lock_is_taken_as_read_and_what_changed_since_follows(
+    in_daemon: MemoryService,
+) -> None:
+    """A step of the words is read and stemmed with no lock held, then taken in as read:
+    a row changed meanwhile has a later change, which the next step takes in; a step
+    whose index moved meanwhile is read again, and nothing is taken in twice."""
+    service = in_daemon
+    keyword = service.upkeep.indexes["keyword"]
+    service.upkeep.follow_saves()  # built, empty
+    arrive(service, "a", ["the kettle is blue"])
+    step = upcoming(service.db, keyword)
+    assert step is not None and [r.content for r in step.rows] == ["the kettle is blue"]
+    with write_transaction(service.db):  # changed after the step was read
+        service.db.execute("UPDATE memory_entries SET content = 'the kettle is red'")
+    with write_transaction(service.db):
+        assert take_step(service.db, keyword, step) == 1
+    with write_transaction(service.db):  # the index moved on: read again, up to where it
+        assert take_step(service.db, keyword, step) == 0  # went, so nothing twice
+    with write_transaction(service.db):
+        assert catch_up(service.db, keyword) == 1  # the update
+    assert pending(service.db, keyword) == 0
+    folded = service.db.execute("SELECT folded FROM memory_fts").fetchall()
+    assert folded == [("the kettle is red",)]

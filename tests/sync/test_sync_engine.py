@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sqlite3
 import time
 from collections.abc import Iterator
 
@@ -12,9 +13,10 @@ from support.sync import disagreements, file_items, git, row_items, sql
 
 from oryxmem.config import Config, set_value
 from oryxmem.service import MemoryService
+from oryxmem.store import quarantine
 from oryxmem.store import rows as table
 from oryxmem.store.db import connect, write_transaction
-from oryxmem.store.markdown import Append
+from oryxmem.store.markdown import Append, MarkdownMemoryStore
 from oryxmem.sync.engine import SyncEngine
 from oryxmem.workspace import Workspace
 
@@ -100,8 +102,8 @@ def test_invalid_rows_are_quarantined_and_reported(
     sql(workspace, f"INSERT INTO memory_entries(agent, scope, content) VALUES {values}")
     reports = engine.reconcile_all()
     assert sum(len(r.quarantined) for r in reports) == 1
-    quarantine = list(table.quarantined(engine.db))
-    assert len(quarantine) == 1 and reason in quarantine[0]["reason"]
+    moved = list(quarantine.quarantined(engine.db))
+    assert len(moved) == 1 and reason in moved[0]["reason"]
     assert workspace.memory_path("coder").read_bytes() == before
     assert disagreements(workspace) == []
     history = table.history(engine.db, None, 10)
@@ -115,7 +117,7 @@ def test_bad_timestamp_from_sql_is_quarantined(engine: SyncEngine, workspace: Wo
         "INSERT INTO memory_entries(agent, scope, ts, content) VALUES ('c', 'archival', '2026-11-30T10:00', 'x')",
     )
     engine.reconcile_all()
-    assert "ts must be" in next(iter(table.quarantined(engine.db)))["reason"]
+    assert "ts must be" in next(iter(quarantine.quarantined(engine.db)))["reason"]
 
 
 def test_editor_saves_reach_the_table(engine: SyncEngine, workspace: Workspace, tmp_path) -> None:
@@ -485,3 +487,39 @@ def test_a_file_switched_between_reading_and_writing_is_read_again(
     engine.reconcile_agent("coder")
     assert sorted(lines(workspace, "coder")) == ["from sql", "old"]
     assert disagreements(workspace) == []
+
+
+def test_another_programs_write_is_not_refused_while_a_reconcile_writes_the_file(
+    engine: SyncEngine, workspace: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 21: the reconcile reads in a snapshot and takes the database's write lock
+    only to apply its plan to the rows, not while MEMORY.md is written and synced. A
+    row another program inserts meanwhile (with no busy timeout: it would be refused
+    if the lock were held) makes the reconcile start again: both rows reach the file,
+    once each."""
+    write(workspace, "coder", f"## 归档记忆\n- [{TS}] old\n")
+    engine.reconcile_all()
+    sql(workspace, "INSERT INTO memory_entries(agent, content) VALUES ('coder', 'from sql')")
+    original = MarkdownMemoryStore.edit_locked
+    inserted = []
+
+    def edit_while_another_program_writes(*args: object, **kwargs: object) -> object:
+        if not inserted:
+            other = sqlite3.connect(workspace.db_path, timeout=0, isolation_level=None)
+            try:
+                other.execute("BEGIN IMMEDIATE")  # refused if the reconcile held the lock
+                other.execute(
+                    "INSERT INTO memory_entries(agent, content) VALUES ('coder', 'meanwhile')"
+                )
+                other.execute("COMMIT")
+            finally:
+                other.close()
+            inserted.append(True)
+        return original(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(MarkdownMemoryStore, "edit_locked", edit_while_another_program_writes)
+    engine.reconcile_agent("coder")
+    assert inserted == [True]
+    assert sorted(lines(workspace, "coder")) == ["from sql", "meanwhile", "old"]
+    assert disagreements(workspace) == []
+    assert engine.reconcile_agent("coder").status == "unchanged"
