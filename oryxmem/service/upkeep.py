@@ -169,7 +169,7 @@ class Upkeep:
                 if not behind_by_more_than(db, index, BACKLOG_ROWS):
                     continue
                 self._taking_backlog.add(index.name)
-            step = self._prepared_step(index, WORDS_STEP_ROWS)
+            step = self._prepared_steps([index], WORDS_STEP_ROWS)
             self._note_taken(index.name, step)
             taken += step
         return taken
@@ -191,13 +191,10 @@ class Upkeep:
         for index in self.indexes.values():
             if index.follows_saves or is_caught_up(db, index):
                 continue
-            step = self._prepared_step(index)
+            step = self._prepared_steps([index])
             self._note_taken(index.name, step)
             taken += step
         return taken
-
-    def _prepared_step(self, index: DerivedIndex, rows: int | None = None) -> int:
-        return self._prepared_steps([index], rows)
 
     def _prepared_steps(self, indexes: Sequence[DerivedIndex], rows: int | None = None) -> int:
         """One step of catch_up of each index: its rows read and prepared (stemmed,

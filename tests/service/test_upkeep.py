@@ -202,6 +202,8 @@ def test_a_step_read_before_the_lock_is_taken_as_read_and_what_changed_since_fol
         service.db.execute("UPDATE memory_entries SET content = 'the kettle is red'")
     with write_transaction(service.db):
         assert take_step(service.db, keyword, step) == 1
+    taken_as_read = service.db.execute("SELECT folded FROM memory_fts").fetchall()
+    assert taken_as_read == [("the kettle is blue",)]  # nothing read again under the lock
     with write_transaction(service.db):  # the index moved on: read again, up to where it
         assert take_step(service.db, keyword, step) == 0  # went, so nothing twice
     with write_transaction(service.db):
@@ -209,3 +211,31 @@ def test_a_step_read_before_the_lock_is_taken_as_read_and_what_changed_since_fol
     assert pending(service.db, keyword) == 0
     folded = service.db.execute("SELECT folded FROM memory_fts").fetchall()
     assert folded == [("the kettle is red",)]
+
+
+def test_the_words_meeting_a_lock_after_a_mirror_leave_the_rows_and_catch_up_later(
+    in_daemon: MemoryService, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The words follow a mirror in a transaction of their own: when that one meets a
+    lock (an expected wait), the mirror's rows stand, nothing is logged as a failure, and
+    the words take the rows in before the next search."""
+    import sqlite3
+
+    service = in_daemon
+    service.save("a", "the kettle is on the shelf")
+
+    def locked() -> int:
+        raise sqlite3.OperationalError("database is locked")
+
+    monkeypatch.setattr(service.upkeep, "take_a_step", locked)
+    service.save("a", "the teapot is in the cupboard")
+    held = service.db.execute("SELECT content FROM memory_entries WHERE agent = 'a'")
+    assert sorted(row[0] for row in held) == [
+        "the kettle is on the shelf",
+        "the teapot is in the cupboard",
+    ]
+    assert service.saving.unmirrored_agents == []
+    assert backlog_of(service)["keyword"] == 1
+    assert "did not follow" not in caplog.text
+    assert service.upkeep.follow_saves() == 2  # the row, into each words index
+    assert backlog_of(service)["keyword"] == 0
