@@ -42,6 +42,7 @@ from oryxmem.store.db import (
     Executes,
     database_file,
     insert_values,
+    read_snapshot,
     select_in,
     write_transaction,
 )
@@ -162,6 +163,8 @@ class EpisodeIndex:
         if self._is_current(db):
             return
         with write_transaction(db):
+            if self._is_current(db):  # another thread made them while this one waited
+                return
             self._drop(db)
             db.execute("CREATE TABLE episode_meta (identity TEXT NOT NULL)")
             db.execute("INSERT INTO episode_meta VALUES (?)", [self.identity])
@@ -180,12 +183,16 @@ class EpisodeIndex:
                 " updated_at TEXT)"
             )
 
-    def _is_current(self, db: Executes) -> bool:
-        """Are the tables there, made for this version and model?"""
-        exists = db.execute("SELECT 1 FROM sqlite_master WHERE name = 'episode_meta'").fetchone()
-        if not exists:
-            return False
-        row = db.execute("SELECT identity FROM episode_meta").fetchone()
+    def _is_current(self, db: Database) -> bool:
+        """Are the tables there, made for this version and model? Both asked in one read
+        snapshot: another thread may drop and make them again between two statements."""
+        with read_snapshot(db):
+            exists = db.execute(
+                "SELECT 1 FROM sqlite_master WHERE name = 'episode_meta'"
+            ).fetchone()
+            if not exists:
+                return False
+            row = db.execute("SELECT identity FROM episode_meta").fetchone()
         return row is not None and row[0] == self.identity
 
     def drop(self, db: Database) -> None:
@@ -199,18 +206,20 @@ class EpisodeIndex:
 
     # --- catching up ------------------------------------------------------------------
 
-    def pending(self, db: Executes) -> int:
-        """Sessions changed since the index took them in (or gone)."""
-        made = db.execute("SELECT 1 FROM sqlite_master WHERE name = 'episode_state'").fetchone()
-        if made is None:
-            return int(db.execute("SELECT count(*) FROM sessions").fetchone()[0])
-        row = db.execute(
-            "SELECT count(*) FROM sessions s LEFT JOIN episode_state e ON e.session = s.id"
-            " WHERE e.updated_at IS NOT s.updated_at"
-        ).fetchone()
-        gone = db.execute(
-            "SELECT count(*) FROM episode_state WHERE session NOT IN (SELECT id FROM sessions)"
-        ).fetchone()
+    def pending(self, db: Database) -> int:
+        """Sessions changed since the index took them in (or gone), read in one snapshot
+        (a reindex may drop the tables between two statements)."""
+        with read_snapshot(db):
+            made = db.execute("SELECT 1 FROM sqlite_master WHERE name = 'episode_state'").fetchone()
+            if made is None:
+                return int(db.execute("SELECT count(*) FROM sessions").fetchone()[0])
+            row = db.execute(
+                "SELECT count(*) FROM sessions s LEFT JOIN episode_state e ON e.session = s.id"
+                " WHERE e.updated_at IS NOT s.updated_at"
+            ).fetchone()
+            gone = db.execute(
+                "SELECT count(*) FROM episode_state WHERE session NOT IN (SELECT id FROM sessions)"
+            ).fetchone()
         return int(row[0]) + int(gone[0])
 
     def _candidates(self, db: Executes) -> list[tuple[str, int]]:

@@ -159,6 +159,52 @@ def test_a_step_whose_tables_another_connection_dropped_meanwhile_writes_nothing
     assert "hetzner-2" in service.search_episodes("a", "staging server")[0].text
 
 
+def test_tables_another_connection_made_meanwhile_are_kept_and_read_whole(
+    workspace: Workspace, service: MemoryService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The daemon's indexer and a search both find the tables missing at start: the one
+    that writes second keeps what the first made (its rounds too), and a check that
+    another thread's drop lands inside reads one state, not a table gone."""
+    talk(service, "a", ("where is the staging server?", "staging runs on hetzner-2"))
+    index = service.episodes
+    assert index is not None
+    index.drop(service.db)
+    other = MemoryService(workspace, Config.load(workspace.config_path))
+    real_is_current = index._is_current
+    asked: list[bool] = []
+
+    def stale_then_real(db):  # type: ignore[no-untyped-def]
+        if not asked:  # the first check answered before the other connection made them
+            asked.append(True)
+            assert index.catch_up(other.db) == 1
+            return False
+        return real_is_current(db)
+
+    monkeypatch.setattr(index, "_is_current", stale_then_real)
+    try:
+        index.ensure(service.db)
+        monkeypatch.undo()
+        assert index.pending(service.db) == 0  # the rounds the other took in are kept
+        assert "hetzner-2" in service.search_episodes("a", "staging server")[0].text
+
+        real_execute = type(service.db).execute
+        dropped: list[bool] = []
+
+        def drop_after_the_first_read(db, sql, *args):  # type: ignore[no-untyped-def]
+            result = real_execute(db, sql, *args)
+            if db is service.db and "sqlite_master" in sql and not dropped:
+                dropped.append(True)
+                index.drop(other.db)  # a reindex on another connection
+            return result
+
+        monkeypatch.setattr(type(service.db), "execute", drop_after_the_first_read)
+        assert index._is_current(service.db)  # read in one snapshot: the tables it saw
+        assert dropped
+    finally:
+        monkeypatch.undo()
+        other.close()
+
+
 def jsonl(path: Path, messages: list[dict[str, str]]) -> Path:
     path.write_text("".join(json.dumps(m) + "\n" for m in messages))
     return path
