@@ -13,9 +13,10 @@ import re
 from array import array
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from oryxmem.errors import EmptyContentError, InvalidContentError, InvalidScopeError
+from oryxmem.store.lines import Lines
 
 CORE = "core"
 ARCHIVAL = "archival"
@@ -33,6 +34,7 @@ _ESCAPES = {ord("\\"): "\\\\", ord("\n"): "\\n", ord("\r"): "\\r"} | {
 # and lone surrogates (which cannot be written as UTF-8).
 _FORBIDDEN_RE = re.compile("[\x00-\x08\x0e-\x1b\x1f\x7f-\x84\x86-\x9f\ud800-\udfff]")
 _LONE_SURROGATE_RE = re.compile("[\ud800-\udfff]")
+_NEEDS_ESCAPE_RE = re.compile("[" + re.escape("\\\n\r" + _OTHER_LINE_BREAKS) + "]")
 _UNESCAPE_RE = re.compile(r"\\(\\|n|r|u[0-9a-fA-F]{4})")
 _UNESCAPABLE_CODEPOINTS = {ord(ch) for ch in _OTHER_LINE_BREAKS}
 
@@ -68,7 +70,7 @@ def has_lone_surrogate(text: str) -> bool:
 
 def escape_content(content: str) -> str:
     """Make content safe to sit on one physical line: it can never forge a line."""
-    return content.translate(_ESCAPES)
+    return content.translate(_ESCAPES) if _NEEDS_ESCAPE_RE.search(content) else content
 
 
 def _unescape_match(match: re.Match[str]) -> str:
@@ -212,12 +214,13 @@ class MemoryDocument:
     """A parsed MEMORY.md: its physical lines and what they mean.
 
     ``lines`` keep their own line endings, so joining them gives back the file
-    byte for byte. Each section's entries come with the index of the line each is on,
+    byte for byte (an entry's line written as the format writes it is held as the
+    entry: store/lines.py). Each section's entries come with the index of the line each is on,
     and ``entry_lines`` maps every entry id to it, made when first asked for: only an
     edit of entries already there asks, and a dict of 100,000 ids costs 7 MB to keep.
     """
 
-    lines: list[str]
+    lines: Lines
     newline: str
     core: list[Entry] = field(default_factory=list)
     archival: list[Entry] = field(default_factory=list)
@@ -228,6 +231,7 @@ class MemoryDocument:
     conflict_lines: list[int] = field(default_factory=list)
     ids: EntryIds = field(default_factory=EntryIds)
     _entry_lines: dict[str, int] | None = field(default=None, repr=False, compare=False)
+    _sha256: Any = field(default=None, repr=False, compare=False)  # hashlib's, as it grows
 
     @property
     def entry_lines(self) -> dict[str, int]:
@@ -256,6 +260,19 @@ class MemoryDocument:
     @property
     def text(self) -> str:
         return "".join(self.lines)
+
+    def hash_bytes(self, data: bytes) -> None:
+        """The file's bytes (its text in UTF-8), hashed while they are at hand: cheaper
+        than making the lines again when sha256() is first asked."""
+        self._sha256 = hashlib.sha256(data)
+
+    def sha256(self) -> str:
+        """The SHA-256 of the file's text in UTF-8: worked out once, then carried on over
+        what is appended."""
+        if self._sha256 is None:
+            self._sha256 = hashlib.sha256(self.text.encode("utf-8"))
+        digest: str = self._sha256.hexdigest()
+        return digest
 
     @property
     def ends_with_newline(self) -> bool:
@@ -330,8 +347,9 @@ def parse(text: str) -> MemoryDocument:
     This loop runs once per line of files that grow to 100,000 entries, so the
     common line (a stamped entry) is matched whole, with one regular expression.
     """
-    lines = split_physical_lines(text)
-    doc = MemoryDocument(lines=lines, newline=detect_newline(lines))
+    physical = split_physical_lines(text)
+    lines = Lines(physical, detect_newline(physical))
+    doc = MemoryDocument(lines=lines, newline=lines.newline)
     doc.conflict_lines = conflict_line_numbers(text)
     if doc.conflict_lines:
         return doc
@@ -340,7 +358,8 @@ def parse(text: str) -> MemoryDocument:
     section: Section | None = None
     stamped_line = _STAMPED_LINE_RE.fullmatch
     allocate = doc.ids.allocate
-    for index, line in enumerate(lines):
+    hold_entry = lines.hold_entry
+    for index, line in enumerate(physical):
         if section is not None:  # in a section: its entries, and what else it holds
             match = stamped_line(line)
             raw = match.group(2).strip() if match else ""
@@ -353,8 +372,9 @@ def parse(text: str) -> MemoryDocument:
                     continue
             if parsed is not None:
                 ts, content = parsed
-                entry_id = allocate(section.scope, ts, content)
-                entries.append(Entry(section.scope, ts, content, entry_id))
+                entry = Entry(section.scope, ts, content, allocate(section.scope, ts, content))
+                entries.append(entry)
+                hold_entry(index, entry)
                 at_lines.append(index)
                 section.last_content_index = index
                 continue
@@ -446,6 +466,8 @@ def append_at_end(doc: MemoryDocument, additions: Sequence[EntryText]) -> str | 
 
 def record_appended_many(doc: MemoryDocument, appended_text: str, entries: Sequence[Entry]) -> None:
     """Update doc in place after the text of these entries was appended to the file."""
+    if doc._sha256 is not None:
+        doc._sha256.update(appended_text.encode("utf-8"))
     if not doc.ends_with_newline:
         doc.lines[-1] += doc.newline
         appended_text = appended_text[len(doc.newline) :]
@@ -453,7 +475,7 @@ def record_appended_many(doc: MemoryDocument, appended_text: str, entries: Seque
     if len(lines) != len(entries):
         raise ValueError("one appended line per entry")
     for line, entry in zip(lines, entries, strict=True):
-        doc.lines.append(line)
+        doc.lines.append(line, entry)
         index = len(doc.lines) - 1
         doc.ids.allocate(entry.scope, entry.ts, entry.content)
         doc.add_entry(entry, index)

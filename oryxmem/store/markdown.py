@@ -171,6 +171,7 @@ class MarkdownMemoryStore(LongTermMemoryStore):
                 data={"path": str(self.path)},
             ) from None
         self._cached = _Cached(after, parse(text))
+        self._cached.doc.hash_bytes(raw)
         if len(raw) >= TRIM_AFTER_BYTES:
             del raw, text
             give_back_freed_memory()  # the parse's pieces: tens of megabytes, once
@@ -429,7 +430,8 @@ class MarkdownMemoryStore(LongTermMemoryStore):
         # editor still writing in place writes into it (store/orphans.py).
         kept = self._keep_open(cached.key) if self._left_by_others(cached.key) else None
         try:
-            info = atomic_write(self.path, text.encode("utf-8"), before_replace=still_as_read)
+            data = text.encode("utf-8")
+            info = atomic_write(self.path, data, before_replace=still_as_read)
         except BaseException:
             if kept is not None:
                 os.close(kept)
@@ -445,6 +447,7 @@ class MarkdownMemoryStore(LongTermMemoryStore):
             )
         self._appender.close()  # it holds the inode just replaced
         self._cached = _Cached(FileStat.of(info), parse(text))
+        self._cached.doc.hash_bytes(data)
         self.written_key = FileStat.of(info)
         self.lock.note_written(self.written_key)
         self._waiting_since = None

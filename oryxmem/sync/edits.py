@@ -32,7 +32,6 @@ from oryxmem.store.format import Entry, MemoryDocument, NewEntry, normalize_cont
 from oryxmem.sync.engine import (
     RECONCILE_ATTEMPTS,
     SyncEngine,
-    file_sha256,
     kept_lines,
 )
 
@@ -112,7 +111,7 @@ def _edit_once(
             store.tombstones.add((i, by_id[i].ts) for i in sorted(gone))  # agreed: in the file
             store.tombstones.lift(entry.entry_id for entry in written)  # written on purpose
             path = str(engine.workspace.memory_path(agent))
-            sha = file_sha256(after.text)
+            sha = after.sha256()
             new_state = rows.agreed_state(
                 db, agent, path, after_key, sha, agreed, kept_lines(after)
             )

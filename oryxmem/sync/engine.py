@@ -12,7 +12,6 @@ again; a crash anywhere leaves a state the next run finishes from.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import os
 import time
@@ -115,10 +114,6 @@ class AgentReport:
     def notices(self) -> list[str]:
         """The lines to tell a person once: kept lines and repairs."""
         return self.kept + self.repairs
-
-
-def file_sha256(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def kept_lines(doc: MemoryDocument) -> list[tuple[int, str]]:
@@ -320,7 +315,7 @@ class SyncEngine:
         doc, key = read
         state = rows.read_state(self.db, agent, with_agreed=False)
         notes = self._take_stock(store, doc, state, report)
-        sha = file_sha256(doc.text) if key else None
+        sha = doc.sha256() if key else None
         look = _Look(state, notes, sha, rows.latest_change_seq(self.db))
         forgetting = self._tombstones_changed(agent) and bool(store.tombstones.read())
         if not forgetting and self._nothing_to_do(agent, look, key, report):
@@ -348,7 +343,7 @@ class SyncEngine:
             doc, key = store.current_locked()
             if key != store.written_key:
                 raise ConcurrentChange(store.path)  # another writer right after
-            sha, notes = file_sha256(doc.text), kept_lines(doc)
+            sha, notes = doc.sha256(), kept_lines(doc)
         with write_transaction(self.db):
             if rows.has_pending_changes(self.db, agent, look.seen_seq):
                 raise ConcurrentChange(store.path)  # the rows moved under the plan

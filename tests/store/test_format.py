@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections import Counter
 
 import pytest
@@ -304,10 +305,39 @@ def test_record_appended_matches_a_fresh_parse() -> None:
         tail = append_at_end(doc, [addition])
         assert tail is not None
         expected = parse(doc.text + tail)
+        before = doc.sha256()  # worked out before the append, carried on over it
         record_appended_many(doc, tail, plan_entries(doc, [addition]))
         assert doc.text == expected.text
         assert doc.archival == expected.archival
         assert doc.entry_lines == expected.entry_lines
+        assert before != doc.sha256() == hashlib.sha256(expected.text.encode()).hexdigest()
+
+
+def test_an_entry_line_as_the_format_writes_it_is_held_as_its_entry_and_given_back() -> None:
+    """A large file's lines are not kept twice: an entry's line that is exactly its
+    rendering is held as the entry; every other line as it was, byte for byte."""
+    odd = [
+        f"- [{TS}]\tTAB after the stamp\n",  # a tab, not the space the format writes
+        f"- [{TS}]  two spaces\n",
+        f"- [{TS}] trailing space \n",
+        f"* [{TS}] another bullet\n",
+        f"- [{TS}] a\x0bliteral line break\n",  # the format writes it escaped
+        f"- [{TS}] written \\\\ escaped\n",  # the format's own escape
+        f"- [{TS}] a CR line\r\n",  # in a file whose lines end in LF
+        "- no stamp\n",
+    ]
+    plain = [f"- [{TS}] plain {n}\n" for n in range(3)]
+    text = "\ufeff# Memory\n\n## 归档记忆\n" + "".join(plain[:2] + odd + plain[2:]) + "- last"
+    doc = parse(text)
+    assert doc.text == text and list(doc.lines) == split_physical_lines(text)
+    assert doc.lines[3] == plain[0] and doc.lines[-1] == "- last"
+    held = [n for n, line in enumerate(doc.lines._held) if not isinstance(line, str)]
+    # the plain entries, the escaped one and the one with no stamp render as they were
+    # written; every other line is kept as text
+    assert held == [3, 4, 10, 12, 13]
+    assert doc.sha256() == hashlib.sha256(text.encode()).hexdigest()
+    crlf = text.replace("\n", "\r\n")
+    assert parse(crlf).text == crlf and len(parse(crlf).archival) == len(doc.archival)
 
 
 def test_append_at_end_refuses_when_section_is_not_last() -> None:

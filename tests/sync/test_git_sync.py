@@ -19,6 +19,7 @@ from support.daemon import RunningDaemon, start_daemon
 from support.sync import cpu_load
 from test_git import cli, git
 
+from oryxmem.fileio import FileLock
 from oryxmem.store.format import parse
 from oryxmem.workspace import Workspace
 
@@ -97,9 +98,13 @@ def test_three_clones_with_daemons_converge(tmp_path: Path, isolated_paths: Path
             for thread in threads:
                 thread.start()
             time.sleep(1.5)
-            # A hand edit on b: a line typed in the editor.
+            # A hand edit on b: a line appended by another program. It holds the agent's
+            # lock, as the daemon's git merges and file writes do: git's checkout and an
+            # atomic replace each put a new file in place, and an append that lands on
+            # the old one between their read and their rename is gone whoever wrote it.
             path = roots[1] / ".oryxos" / "agents" / "coder" / "MEMORY.md"
-            with path.open("a") as out:
+            lock = FileLock(Workspace(roots[1]).lock_path("coder"))
+            with lock.hold(), path.open("a") as out:
                 out.write("- [2026-01-01 00:00:00] typed by hand on b\n")
             expected.add("typed by hand on b")
             # A forget on c, by id, through its daemon.
