@@ -358,7 +358,7 @@ def parse(text: str) -> MemoryDocument:
     section: Section | None = None
     stamped_line = _STAMPED_LINE_RE.fullmatch
     allocate = doc.ids.allocate
-    hold_entry = lines.hold_entry
+    newline, needs_escape = lines.newline, _NEEDS_ESCAPE_RE.search
     for index, line in enumerate(physical):
         if section is not None:  # in a section: its entries, and what else it holds
             match = stamped_line(line)
@@ -374,7 +374,10 @@ def parse(text: str) -> MemoryDocument:
                 ts, content = parsed
                 entry = Entry(section.scope, ts, content, allocate(section.scope, ts, content))
                 entries.append(entry)
-                hold_entry(index, entry)
+                if content is raw and line == f"- [{ts}] {raw}{newline}" and not needs_escape(raw):
+                    lines.hold(index, entry)  # the line as render() writes it, checked here
+                else:
+                    lines.hold_entry(index, entry)
                 at_lines.append(index)
                 section.last_content_index = index
                 continue

@@ -30,6 +30,11 @@ class Lines(Sequence[str]):
         self._held: list[str | Rendered] = lines  # type: ignore[assignment]
         self.newline = newline
 
+    def hold(self, index: int, entry: Rendered) -> None:
+        """Line ``index`` is exactly the entry's rendering and this file's line ending (the
+        caller checked): held as the entry."""
+        self._held[index] = entry
+
     def hold_entry(self, index: int, entry: Rendered) -> None:
         """Line ``index`` holds this entry: kept as the entry when it renders to the line."""
         line = self._held[index]
