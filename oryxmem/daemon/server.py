@@ -34,6 +34,7 @@ from oryxmem.daemon.reload import CHECK_SECONDS, ConfigFollower
 from oryxmem.daemon.worker import MemoryWorker
 from oryxmem.errors import DaemonAlreadyRunningError
 from oryxmem.fileio import open_regular, raise_open_file_limit
+from oryxmem.heap import share_arenas
 from oryxmem.registry import BACKENDS, backend_work
 from oryxmem.service import MemoryService
 from oryxmem.store.db import connect
@@ -90,6 +91,7 @@ class Daemon:
 
     def run(self) -> int:
         self._take_workspace_lock()
+        share_arenas()  # before any thread of ours starts
         # A thread busy in Python (the indexer stemming a backlog) lets the others have
         # the interpreter only this often: at CPython's 5 ms, every save behind it waited
         # up to 5 ms at each of its hops between threads.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from support.chat_server import chat_server
 
-from oryxmem import summarize
+from oryxmem import digest, summarize
 from oryxmem.config import Config, set_value
 from oryxmem.digest import Folds, fold_key
 from oryxmem.service import MemoryService, footprint_line
@@ -72,7 +72,7 @@ def test_the_folds_follow_new_entries_and_a_changed_file_is_folded_again() -> No
     assert {k: f.count for k, f in grown.folds.items()} == {
         k: f.count for k, f in fresh.folds.items()
     }
-    assert grown.single == fresh.single
+    assert grown.single.items() == fresh.single.items()
     shorter = grown.upto(entries, 12)  # a shorter span, without folding again
     short = Folds()
     short.extend(entries, 12)
@@ -80,6 +80,32 @@ def test_the_folds_follow_new_entries_and_a_changed_file_is_folded_again() -> No
     assert [(f.count, f.last) for f in short.upto(entries, 12).repeated()] == [(12, entries[11])]
     changed = entries[:5] + entries[6:]  # a line removed in the older span
     assert not grown.extend(changed, 29)
+
+
+def test_kinds_of_one_entry_sorted_into_arrays_fold_as_a_dict_of_them_would(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The kinds seen once move from a dict into sorted arrays as they pile up; a kind
+    seen again, wherever it is kept, becomes a fold with its first entry, in every
+    order of extends."""
+    monkeypatch.setattr(digest, "MERGE_AT", 4)
+    ids = EntryIds()
+    topics = [f"note about topic {word}" for word in "abcdefghijklmnopqrstuvwxyz"]
+    said = [*topics, topics[2], *topics[10:14], topics[0], topics[25], topics[2]]
+    entries = [ids.entry(ARCHIVAL, None, text) for text in said]
+    expected: dict[str, list[int]] = {}
+    for place, text in enumerate(said):
+        expected.setdefault(text, []).append(place)
+    singles = sorted(places[0] for places in expected.values() if len(places) == 1)
+    repeats = sorted((len(p), p[0], p[-1]) for p in expected.values() if len(p) > 1)
+    for steps in ([len(said)], [3, 7, 8, 26, 27, 33, len(said)], list(range(1, len(said) + 1))):
+        folds = Folds()
+        for upto in steps:
+            assert folds.extend(entries, upto)
+        assert sorted(folds.single.items().values()) == singles, steps
+        found = sorted((f.count, entries.index(f.first), f.last_at) for f in folds.folds.values())
+        assert found == repeats, steps
+        assert len(folds.single._kinds) > 0  # some were sorted into the arrays
 
 
 def test_a_kind_of_one_entry_is_kept_as_its_place_alone() -> None:
@@ -92,7 +118,7 @@ def test_a_kind_of_one_entry_is_kept_as_its_place_alone() -> None:
     entries = [notes[0], lint[0], notes[1], lint[1], notes[2], lint[2]]
     folds = Folds()
     folds.extend(entries, len(entries))
-    assert sorted(folds.single.values()) == [0, 2, 4]  # the notes: their places
+    assert sorted(folds.single.items().values()) == [0, 2, 4]  # the notes: their places
     assert [(f.count, f.first, f.last) for f in folds.folds.values()] == [(3, lint[0], lint[2])]
     # a span that ends before the second footprint holds no fold at all
     assert folds.upto(entries, 3).repeated() == []

@@ -132,16 +132,24 @@ def test_the_episode_index_is_derived_dropped_it_is_made_again(service: MemorySe
     assert service.index_summary()["episodes"]["pending"] == 0
 
 
+def dropped_with_another_connection(
+    workspace: Workspace, service: MemoryService
+) -> tuple[EpisodeIndex, MemoryService]:
+    """A session's round said, the episode tables dropped, and a second service (another
+    connection to the same database) to act meanwhile: the caller closes it."""
+    talk(service, "a", ("where is the staging server?", "staging runs on hetzner-2"))
+    index = service.episodes
+    assert isinstance(index, EpisodeIndex)
+    index.drop(service.db)
+    return index, MemoryService(workspace, Config.load(workspace.config_path))
+
+
 def test_a_step_whose_tables_another_connection_dropped_meanwhile_writes_nothing(
     workspace: Workspace, service: MemoryService, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A reindex drops the tables while the indexer makes a step's rounds: that step
     writes nothing (and fails on nothing); the next makes them again and takes all in."""
-    talk(service, "a", ("where is the staging server?", "staging runs on hetzner-2"))
-    index = service.episodes
-    assert index is not None
-    index.drop(service.db)
-    other = MemoryService(workspace, Config.load(workspace.config_path))
+    index, other = dropped_with_another_connection(workspace, service)
     real_take = index._take
 
     def take_while_a_reindex_drops(*args):  # type: ignore[no-untyped-def]
@@ -165,11 +173,7 @@ def test_tables_another_connection_made_meanwhile_are_kept_and_read_whole(
     """The daemon's indexer and a search both find the tables missing at start: the one
     that writes second keeps what the first made (its rounds too), and a check that
     another thread's drop lands inside reads one state, not a table gone."""
-    talk(service, "a", ("where is the staging server?", "staging runs on hetzner-2"))
-    index = service.episodes
-    assert index is not None
-    index.drop(service.db)
-    other = MemoryService(workspace, Config.load(workspace.config_path))
+    index, other = dropped_with_another_connection(workspace, service)
     real_is_current = index._is_current
     asked: list[bool] = []
 
