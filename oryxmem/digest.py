@@ -24,12 +24,12 @@ from __future__ import annotations
 import bisect
 import re
 import threading
-from array import array
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 
 from oryxmem.heap import give_back_freed_memory
+from oryxmem.intmap import IntMap
 from oryxmem.store.format import Entry, escape_content
 
 LINE_CHARS = 160  # the most of one entry's text a digest line shows
@@ -38,7 +38,6 @@ LINE_CHARS = 160  # the most of one entry's text a digest line shows
 # on every block.
 KINDS_KEPT = 4096
 SAMPLE_SLOTS = 64  # evenly spaced positions single entries are sampled from
-MERGE_AT = 4096  # kinds of one entry added before they are sorted into Singles' arrays
 DIGEST_NOTE = (
     "(digest of the {count} earlier entries not shown whole: repeats folded, a sample of"
     " the rest; recall_memory searches all of them)"
@@ -92,57 +91,6 @@ def kind_of(content: str) -> int:
     return hash(fold_key(content))
 
 
-class Singles:
-    """The kinds seen once, each with its entry's position. Most kinds of a large memory
-    are: kept in two sorted arrays of 64-bit numbers (16 bytes a kind), not a dict of
-    ints (about 110: 11 MB at 100,000 entries). A kind added goes to a dict first, sorted
-    into the arrays when an extend ends with MERGE_AT or more there; a kind seen again is
-    marked gone in the arrays (its place -1) and dropped at the next merge."""
-
-    __slots__ = ("_kinds", "_places", "_recent")
-
-    def __init__(self) -> None:
-        self._kinds = array("q")
-        self._places = array("q")
-        self._recent: dict[int, int] = {}
-
-    def pop(self, kind: int) -> int | None:
-        """The position of the one entry of this kind, no longer single; None: unseen."""
-        place = self._recent.pop(kind, None)
-        if place is not None:
-            return place
-        kinds = self._kinds
-        at = bisect.bisect_left(kinds, kind)
-        if at < len(kinds) and kinds[at] == kind and self._places[at] >= 0:
-            place, self._places[at] = self._places[at], -1
-            return place
-        return None
-
-    def add(self, kind: int, place: int) -> None:
-        """A kind not seen before (pop gave None)."""
-        self._recent[kind] = place
-
-    def settle(self) -> None:
-        """Sort what was added into the arrays, and drop the kinds marked gone, once
-        MERGE_AT or more were added (the arrays are one sorted run, what was added
-        another: Python's sort merges the two)."""
-        if len(self._recent) < MERGE_AT:
-            return
-        merged = sorted([*self._settled(), *sorted(self._recent.items())])
-        self._kinds = array("q", (kind for kind, _ in merged))
-        self._places = array("q", (place for _, place in merged))
-        self._recent = {}
-
-    def _settled(self) -> Iterator[tuple[int, int]]:
-        """The (kind, position) in the arrays, but those marked gone, in order."""
-        pairs = zip(self._kinds, self._places, strict=True)
-        return ((kind, place) for kind, place in pairs if place >= 0)
-
-    def items(self) -> dict[int, int]:
-        """Every single kind and its position."""
-        return dict(self._settled()) | self._recent
-
-
 @dataclass
 class Folds:
     """The folds of an agent's archival entries [0, covered): extended as it grows. Where
@@ -152,7 +100,8 @@ class Folds:
 
     covered: int = 0
     last_id: str | None = None  # the id of entry covered - 1: the prefix is still the same
-    single: Singles = field(default_factory=lambda: Singles())  # kinds of one entry
+    # kinds of one entry -> its position: most kinds of a large memory (a compact map)
+    single: IntMap = field(default_factory=IntMap)
     folds: dict[int, Fold] = field(default_factory=dict)  # kinds of more than one entry
     places: dict[int, list[int]] = field(default_factory=dict)  # kind -> positions
 
@@ -175,7 +124,7 @@ class Folds:
                 continue
             first = single.pop(kind)
             if first is None:
-                single.add(kind, at)
+                single.set(kind, at)
             else:
                 folds[kind] = Fold(2, entries[first], entry, at)
                 places[kind] = [first, at]

@@ -49,6 +49,7 @@ from oryxmem.store.format import (
     record_appended_many,
 )
 from oryxmem.store.orphans import WATCH_SECONDS, Orphan, merge
+from oryxmem.store.positions import EntryPositions
 from oryxmem.store.tombstones import FILE_NAME as TOMBSTONES
 from oryxmem.store.tombstones import Tombstones
 from oryxmem.workspace import Workspace
@@ -90,7 +91,7 @@ class _Cached:
     key: FileStat | None  # None: the file does not exist
     doc: MemoryDocument
     folded_archival: list[str] = field(default_factory=list)
-    positions: dict[str, int] = field(default_factory=dict)  # archival id -> index
+    positions: EntryPositions = field(default_factory=EntryPositions)  # archival id -> index
 
 
 @dataclass
@@ -248,7 +249,8 @@ class MarkdownMemoryStore(LongTermMemoryStore):
             ):
                 return super().archival_positions(archival)  # the file moved on since
             for at in range(len(positions), len(doc.archival)):
-                positions[doc.archival[at].entry_id] = at
+                positions.append(doc.archival[at].entry_id, at)
+            positions.settle()
             return positions
 
     def _recall(self, folded_keyword: str) -> list[Entry]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from support.chat_server import chat_server
 
-from oryxmem import digest, summarize
+from oryxmem import intmap, summarize
 from oryxmem.config import Config, set_value
 from oryxmem.digest import Folds, fold_key
 from oryxmem.service import MemoryService, footprint_line
@@ -88,7 +88,7 @@ def test_kinds_of_one_entry_sorted_into_arrays_fold_as_a_dict_of_them_would(
     """The kinds seen once move from a dict into sorted arrays as they pile up; a kind
     seen again, wherever it is kept, becomes a fold with its first entry, in every
     order of extends."""
-    monkeypatch.setattr(digest, "MERGE_AT", 4)
+    monkeypatch.setattr(intmap, "MERGE_AT", 4)
     ids = EntryIds()
     topics = [f"note about topic {word}" for word in "abcdefghijklmnopqrstuvwxyz"]
     said = [*topics, topics[2], *topics[10:14], topics[0], topics[25], topics[2]]
@@ -105,7 +105,7 @@ def test_kinds_of_one_entry_sorted_into_arrays_fold_as_a_dict_of_them_would(
         assert sorted(folds.single.items().values()) == singles, steps
         found = sorted((f.count, entries.index(f.first), f.last_at) for f in folds.folds.values())
         assert found == repeats, steps
-        assert len(folds.single._kinds) > 0  # some were sorted into the arrays
+        assert folds.single.sorted_count > 0  # some were sorted into the arrays
 
 
 def test_a_kind_of_one_entry_is_kept_as_its_place_alone() -> None:
