@@ -93,6 +93,14 @@ class _Cached:
     folded_archival: list[str] = field(default_factory=list)
     positions: EntryPositions = field(default_factory=EntryPositions)  # archival id -> index
 
+    @classmethod
+    def of(cls, key: FileStat, text: str, data: bytes) -> _Cached:
+        """The file as read or written: its text parsed, its bytes (the text in UTF-8)
+        hashed while they are at hand."""
+        doc = parse(text)
+        doc.hash_bytes(data)
+        return cls(key, doc)
+
 
 @dataclass
 class _AppendJournal:
@@ -171,8 +179,7 @@ class MarkdownMemoryStore(LongTermMemoryStore):
                 f"{self.path} is not UTF-8 text (byte {error.start}); fix it in an editor",
                 data={"path": str(self.path)},
             ) from None
-        self._cached = _Cached(after, parse(text))
-        self._cached.doc.hash_bytes(raw)
+        self._cached = _Cached.of(after, text, raw)
         if len(raw) >= TRIM_AFTER_BYTES:
             del raw, text
             give_back_freed_memory()  # the parse's pieces: tens of megabytes, once
@@ -248,9 +255,7 @@ class MarkdownMemoryStore(LongTermMemoryStore):
                 archival and doc.archival[-1].entry_id != archival[-1].entry_id
             ):
                 return super().archival_positions(archival)  # the file moved on since
-            for at in range(len(positions), len(doc.archival)):
-                positions.append(doc.archival[at].entry_id, at)
-            positions.settle()
+            positions.follow(doc.archival)
             return positions
 
     def _recall(self, folded_keyword: str) -> list[Entry]:
@@ -448,8 +453,7 @@ class MarkdownMemoryStore(LongTermMemoryStore):
                 )
             )
         self._appender.close()  # it holds the inode just replaced
-        self._cached = _Cached(FileStat.of(info), parse(text))
-        self._cached.doc.hash_bytes(data)
+        self._cached = _Cached.of(FileStat.of(info), text, data)
         self.written_key = FileStat.of(info)
         self.lock.note_written(self.written_key)
         self._waiting_since = None

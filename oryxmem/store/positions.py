@@ -10,9 +10,13 @@ after them, rare) in a dict.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from oryxmem.intmap import IntMap
+
+if TYPE_CHECKING:
+    from oryxmem.store.format import Entry
 
 _HEX_ID = re.compile(r"[0-9a-f]{16}")
 
@@ -44,6 +48,12 @@ class EntryPositions(Mapping[str, int]):
     def settle(self) -> None:
         """Sort the ids appended into the compact part (once there are enough of them)."""
         self._numbers.settle()
+
+    def follow(self, archival: Sequence[Entry]) -> None:
+        """Take in the entries appended since (this map is of a prefix of these)."""
+        for at in range(self._count, len(archival)):
+            self.append(archival[at].entry_id, at)
+        self.settle()
 
     def _position(self, entry_id: str) -> int | None:
         number = _number(entry_id)
