@@ -3,9 +3,8 @@
 A dict of 100,000 ints to ints costs about 11 MB (the table, and an object for each
 number above 256); two sorted arrays of 64-bit numbers cost 1.6 MB. What is set goes
 to a small dict first and is sorted into the arrays by ``settle`` once there is enough
-of it (the arrays are one sorted run and the new items another: Python's sort merges
-the two); an item taken out of the arrays is marked gone (its value -1) and dropped at
-the next merge.
+of it; an item taken out of the arrays is marked gone (its value -1) and dropped at the
+next merge.
 """
 
 from __future__ import annotations
@@ -69,9 +68,13 @@ class IntMap:
         """Sort what was set into the arrays, once MERGE_AT items wait in the dict."""
         if not self._recent or len(self._recent) < MERGE_AT:
             return
-        merged = sorted([*self._settled(), *sorted(self._recent.items())])
-        self._keys = array(self._keys.typecode, (key for key, _ in merged))
-        self._values = array("q", (value for _, value in merged))
+        merged = self._recent
+        if self._keys:
+            merged = dict(self._settled())
+            merged.update(self._recent)
+        keys = sorted(merged)
+        self._keys = array(self._keys.typecode, keys)
+        self._values = array("q", map(merged.__getitem__, keys))
         self._recent, self._gone = {}, 0
 
     def _settled(self) -> Iterator[tuple[int, int]]:

@@ -51,8 +51,14 @@ class EntryPositions(Mapping[str, int]):
 
     def follow(self, archival: Sequence[Entry]) -> None:
         """Take in the entries appended since (this map is of a prefix of these)."""
-        for at in range(self._count, len(archival)):
-            self.append(archival[at].entry_id, at)
+        numbers, others, hex_id = self._numbers, self._others, _HEX_ID.fullmatch
+        for at in range(self._count, len(archival)):  # append(), inlined: 100,000 at first
+            entry_id = archival[at].entry_id
+            if hex_id(entry_id):
+                numbers.set(int(entry_id, 16), at)
+            else:
+                others[entry_id] = at
+        self._count = max(self._count, len(archival))
         self.settle()
 
     def _position(self, entry_id: str) -> int | None:

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from oryxmem import intmap
 from oryxmem.intmap import IntMap
-from oryxmem.store.format import ARCHIVAL, EntryIds
+from oryxmem.store.format import ARCHIVAL, Entry, EntryIds
 from oryxmem.store.positions import EntryPositions
 
 OPS = st.lists(
@@ -73,3 +73,9 @@ def test_entry_positions_find_every_id_as_a_dict_of_them_would(
     assert "0" * 16 not in positions and positions.get("2" * 16) is None
     with pytest.raises(KeyError):
         positions["0x" + "2" * 14]
+    # a parsed file's archival entries, taken in as they grow
+    entries = [Entry(ARCHIVAL, None, str(at), entry_id) for at, entry_id in enumerate(made)]
+    followed = EntryPositions()
+    for upto in (0, 9, 10, 60, len(entries), len(entries)):
+        followed.follow(entries[:upto])
+        assert dict(followed) == {e.entry_id: at for at, e in enumerate(entries[:upto])}
