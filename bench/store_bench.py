@@ -11,6 +11,8 @@ import statistics
 import subprocess
 import sys
 import time
+import tracemalloc
+from pathlib import Path
 
 from bench.common import (
     Figure,
@@ -26,7 +28,7 @@ from oryxmem.backends.sqlite import SqliteMemoryStore
 from oryxmem.fileio import FileLock
 from oryxmem.store.base import LongTermMemoryStore, StoreLimits
 from oryxmem.store.db import connect, write_transaction
-from oryxmem.store.format import ARCHIVAL, NewEntry, numbered, render_entry_line
+from oryxmem.store.format import ARCHIVAL, NewEntry, numbered, parse, render_entry_line
 from oryxmem.store.markdown import MarkdownMemoryStore
 from oryxmem.store.rows import insert_rows
 from oryxmem.workspace import Workspace
@@ -131,6 +133,8 @@ def measure(count: int, repeat: int) -> list[Figure]:
                     Figure(f"[{count}] {name} append p50 / {floor_name}", p50 / its_floor, "x")
                 )
         figures.append(Figure(f"[{count}] markdown first load (cold parse)", first_load, "ms"))
+        held = parsed_held_mb(workspace.memory_path(agent))
+        figures.append(Figure(f"[{count}] markdown parsed file held (objects)", held, "MB"))
         load = statistics.median(time_calls(markdown.load, repeat))
         goal = at_most(50, 2, "ms") if big else None
         figures.append(Figure(f"[{count}] markdown load() p50", load, "ms", goal))
@@ -154,6 +158,18 @@ def measure(count: int, repeat: int) -> list[Figure]:
         label = f"[{count}]   same, file changed since the last sync"
         figures.append(Figure(label, unsynced, "ms"))
         return figures
+
+
+def parsed_held_mb(path: Path) -> float:
+    """What a parsed file keeps (its Python objects, tracemalloc; the text read aside):
+    a daemon keeps it for every agent it builds blocks for."""
+    text = path.read_text(encoding="utf-8")
+    tracemalloc.start()
+    doc = parse(text)
+    held = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    del doc
+    return held / 2**20
 
 
 def cold_cli_recall(workspace: Workspace, agent: str, repeat: int = 5) -> float:
