@@ -13,7 +13,7 @@ import re
 from array import array
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol
+from typing import NamedTuple, Protocol
 
 from oryxmem.errors import EmptyContentError, InvalidContentError, InvalidScopeError
 from oryxmem.store.lines import Lines
@@ -213,11 +213,11 @@ class Section:
 class MemoryDocument:
     """A parsed MEMORY.md: its physical lines and what they mean.
 
-    ``lines`` keep their own line endings, so joining them gives back the file
-    byte for byte (an entry's line written as the format writes it is held as the
-    entry: store/lines.py). Each section's entries come with the index of the line each is on,
-    and ``entry_lines`` maps every entry id to it, made when first asked for: only an
-    edit of entries already there asks, and a dict of 100,000 ids costs 7 MB to keep.
+    ``lines`` keep their own line endings, so joining them gives back the file byte for
+    byte (an entry's line written as the format writes it is held as the entry:
+    store/lines.py). Each section's entries come with the index of the line each is
+    on, and ``entry_lines`` maps every entry id to it, made when first asked for: only
+    an edit of entries already there asks, and a dict of 100,000 ids costs 7 MB to keep.
     """
 
     lines: Lines
@@ -231,7 +231,6 @@ class MemoryDocument:
     conflict_lines: list[int] = field(default_factory=list)
     ids: EntryIds = field(default_factory=EntryIds)
     _entry_lines: dict[str, int] | None = field(default=None, repr=False, compare=False)
-    _sha256: Any = field(default=None, repr=False, compare=False)  # hashlib's, as it grows
 
     @property
     def entry_lines(self) -> dict[str, int]:
@@ -260,19 +259,6 @@ class MemoryDocument:
     @property
     def text(self) -> str:
         return "".join(self.lines)
-
-    def hash_bytes(self, data: bytes) -> None:
-        """The file's bytes (its text in UTF-8), hashed while they are at hand: cheaper
-        than making the lines again when sha256() is first asked."""
-        self._sha256 = hashlib.sha256(data)
-
-    def sha256(self) -> str:
-        """The SHA-256 of the file's text in UTF-8: worked out once, then carried on over
-        what is appended."""
-        if self._sha256 is None:
-            self._sha256 = hashlib.sha256(self.text.encode("utf-8"))
-        digest: str = self._sha256.hexdigest()
-        return digest
 
     @property
     def ends_with_newline(self) -> bool:
@@ -469,14 +455,14 @@ def append_at_end(doc: MemoryDocument, additions: Sequence[EntryText]) -> str | 
 
 def record_appended_many(doc: MemoryDocument, appended_text: str, entries: Sequence[Entry]) -> None:
     """Update doc in place after the text of these entries was appended to the file."""
-    if doc._sha256 is not None:
-        doc._sha256.update(appended_text.encode("utf-8"))
+    appended = appended_text
     if not doc.ends_with_newline:
         doc.lines[-1] += doc.newline
         appended_text = appended_text[len(doc.newline) :]
     lines = split_physical_lines(appended_text)
     if len(lines) != len(entries):
         raise ValueError("one appended line per entry")
+    doc.lines.hash_appended(appended)
     for line, entry in zip(lines, entries, strict=True):
         doc.lines.append(line, entry)
         index = len(doc.lines) - 1

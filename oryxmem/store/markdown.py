@@ -98,7 +98,7 @@ class _Cached:
         """The file as read or written: its text parsed, its bytes (the text in UTF-8)
         hashed while they are at hand."""
         doc = parse(text)
-        doc.hash_bytes(data)
+        doc.lines.hash_bytes(data)
         return cls(key, doc)
 
 

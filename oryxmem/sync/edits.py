@@ -111,7 +111,7 @@ def _edit_once(
             store.tombstones.add((i, by_id[i].ts) for i in sorted(gone))  # agreed: in the file
             store.tombstones.lift(entry.entry_id for entry in written)  # written on purpose
             path = str(engine.workspace.memory_path(agent))
-            sha = after.sha256()
+            sha = after.lines.sha256()
             new_state = rows.agreed_state(
                 db, agent, path, after_key, sha, agreed, kept_lines(after)
             )

@@ -315,7 +315,7 @@ class SyncEngine:
         doc, key = read
         state = rows.read_state(self.db, agent, with_agreed=False)
         notes = self._take_stock(store, doc, state, report)
-        sha = doc.sha256() if key else None
+        sha = doc.lines.sha256() if key else None
         look = _Look(state, notes, sha, rows.latest_change_seq(self.db))
         forgetting = self._tombstones_changed(agent) and bool(store.tombstones.read())
         if not forgetting and self._nothing_to_do(agent, look, key, report):
@@ -343,7 +343,7 @@ class SyncEngine:
             doc, key = store.current_locked()
             if key != store.written_key:
                 raise ConcurrentChange(store.path)  # another writer right after
-            sha, notes = doc.sha256(), kept_lines(doc)
+            sha, notes = doc.lines.sha256(), kept_lines(doc)
         with write_transaction(self.db):
             if rows.has_pending_changes(self.db, agent, look.seen_seq):
                 raise ConcurrentChange(store.path)  # the rows moved under the plan

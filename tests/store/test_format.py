@@ -305,12 +305,12 @@ def test_record_appended_matches_a_fresh_parse() -> None:
         tail = append_at_end(doc, [addition])
         assert tail is not None
         expected = parse(doc.text + tail)
-        before = doc.sha256()  # worked out before the append, carried on over it
+        before = doc.lines.sha256()  # worked out before the append, carried on over it
         record_appended_many(doc, tail, plan_entries(doc, [addition]))
         assert doc.text == expected.text
         assert doc.archival == expected.archival
         assert doc.entry_lines == expected.entry_lines
-        assert before != doc.sha256() == hashlib.sha256(expected.text.encode()).hexdigest()
+        assert before != doc.lines.sha256() == hashlib.sha256(expected.text.encode()).hexdigest()
 
 
 def test_an_entry_line_as_the_format_writes_it_is_held_as_its_entry_and_given_back() -> None:
@@ -335,7 +335,7 @@ def test_an_entry_line_as_the_format_writes_it_is_held_as_its_entry_and_given_ba
     # the plain entries, the escaped one and the one with no stamp render as they were
     # written; every other line is kept as text
     assert held == [3, 4, 10, 12, 13]
-    assert doc.sha256() == hashlib.sha256(text.encode()).hexdigest()
+    assert doc.lines.sha256() == hashlib.sha256(text.encode()).hexdigest()
     crlf = text.replace("\n", "\r\n")
     assert parse(crlf).text == crlf and len(parse(crlf).archival) == len(doc.archival)
 

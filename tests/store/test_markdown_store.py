@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import errno
+import hashlib
 import os
 import stat
 import subprocess
@@ -48,6 +49,33 @@ def test_an_archival_save_is_a_one_line_append(tmp_path: Path) -> None:
     after = store.path.read_bytes()
     assert after == before + f"- [{TS}] second\n".encode()
     assert store.path.stat().st_ino == inode, "an append at the end must not rewrite the file"
+
+
+def test_the_hash_of_the_file_as_kept_is_the_hash_of_its_bytes_after_each_write(
+    tmp_path: Path,
+) -> None:
+    """Read from disk, rewritten, appended to, written by another program: the kept
+    file's hash (every reconcile compares it) is always that of the bytes on disk."""
+    store = open_store(tmp_path)
+
+    def on_disk() -> str:
+        return hashlib.sha256(store.path.read_bytes()).hexdigest()
+
+    def kept() -> str:
+        with store.lock.hold():
+            return store.current_locked()[0].lines.sha256()
+
+    store.append("first")  # the file made: written whole
+    assert kept() == on_disk()
+    store.append("second")  # appended
+    assert kept() == on_disk()
+    store.append("core fact", CORE)  # rewritten
+    assert kept() == on_disk()
+    with store.path.open("a", encoding="utf-8") as out:  # another program's line, read back
+        out.write("- [2026-12-01 08:00:00]\ttyped\r\n")
+    assert kept() == on_disk()
+    store.append("third")
+    assert kept() == on_disk()
 
 
 def test_a_core_save_rewrites_atomically_and_keeps_the_mode(tmp_path: Path) -> None:
