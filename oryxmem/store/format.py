@@ -455,14 +455,12 @@ def append_at_end(doc: MemoryDocument, additions: Sequence[EntryText]) -> str | 
 
 def record_appended_many(doc: MemoryDocument, appended_text: str, entries: Sequence[Entry]) -> None:
     """Update doc in place after the text of these entries was appended to the file."""
-    appended = appended_text
     if not doc.ends_with_newline:
         doc.lines[-1] += doc.newline
         appended_text = appended_text[len(doc.newline) :]
     lines = split_physical_lines(appended_text)
     if len(lines) != len(entries):
         raise ValueError("one appended line per entry")
-    doc.lines.hash_appended(appended)
     for line, entry in zip(lines, entries, strict=True):
         doc.lines.append(line, entry)
         index = len(doc.lines) - 1

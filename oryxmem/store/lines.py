@@ -1,12 +1,12 @@
 """A MEMORY.md's physical lines, each with its ending, held compactly.
 
 Most lines of a large file are entries written the way the format writes them; such a
-line is held as its entry and made again when it is read. Kept as text as well, a
-100,000-entry file's lines held it a second time (14 MB; 140 MB at a million). Any other
-line (a heading, prose, an entry typed another way) is held as it is, so joining the
-lines still gives back the file byte for byte. Joining them is dearer than it was (about
-100 ms at 100,000 entries), so the file's hash, which every reconcile asks for, is kept
-here: taken from the bytes read or written, and carried on over what is appended.
+line is held as its entry and made again when it is read (kept as text too, the lines of
+a 100,000-entry file would hold its text a second time: 14 MB; 140 MB at a million). Any
+other line (a heading, prose, an entry typed another way) is held as it is, so joining
+the lines gives back the file byte for byte. Joining them makes every entry's line again
+(about 100 ms at 100,000 entries), so the file's hash, which every reconcile asks for,
+is kept here: taken from the bytes read or written, carried on over lines appended.
 """
 
 from __future__ import annotations
@@ -38,11 +38,6 @@ class Lines(Sequence[str]):
         """The file's bytes (these lines joined, in UTF-8), hashed while at hand."""
         self._sha256 = hashlib.sha256(data)
 
-    def hash_appended(self, text: str) -> None:
-        """Carry the hash, if worked out, on over text appended to the file."""
-        if self._sha256 is not None:
-            self._sha256.update(text.encode("utf-8"))
-
     def sha256(self) -> str:
         """The SHA-256 of the lines joined, in UTF-8 (joined only if not known)."""
         if self._sha256 is None:
@@ -63,6 +58,8 @@ class Lines(Sequence[str]):
     def append(self, line: str, entry: Rendered | None = None) -> None:
         """A line at the end (of ``entry``, when it holds one)."""
         self._held.append(line)
+        if self._sha256 is not None:
+            self._sha256.update(line.encode("utf-8"))
         if entry is not None:
             self.hold_entry(len(self._held) - 1, entry)
 
@@ -82,7 +79,16 @@ class Lines(Sequence[str]):
         return self._line(self._held[index])
 
     def __setitem__(self, index: int, line: str) -> None:
+        """Line ``index`` is now ``line``: the last one grown (its line ending added) carries
+        the hash on; any other change lets it be worked out again when asked."""
+        old = self[index]
         self._held[index] = line
+        if self._sha256 is None:
+            return
+        if index in (-1, len(self._held) - 1) and line.startswith(old):
+            self._sha256.update(line[len(old) :].encode("utf-8"))
+        else:
+            self._sha256 = None
 
     def __iter__(self) -> Iterator[str]:
         return map(self._line, self._held)

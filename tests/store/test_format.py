@@ -336,6 +336,8 @@ def test_an_entry_line_as_the_format_writes_it_is_held_as_its_entry_and_given_ba
     # written; every other line is kept as text
     assert held == [3, 4, 10, 12, 13]
     assert doc.lines.sha256() == hashlib.sha256(text.encode()).hexdigest()
+    doc.lines[1] = "a line changed in place\n"  # the hash is worked out again
+    assert doc.lines.sha256() == hashlib.sha256(doc.text.encode()).hexdigest()
     crlf = text.replace("\n", "\r\n")
     assert parse(crlf).text == crlf and len(parse(crlf).archival) == len(doc.archival)
 
