@@ -46,7 +46,7 @@ class IntMap:
     def set(self, key: int, value: int) -> None:
         if value < 0:
             raise ValueError("an IntMap holds values >= 0")
-        at = self._find(key) if self._keys else None
+        at = self._find(key)
         if at is not None:
             self._values[at] = value
         else:

@@ -142,8 +142,8 @@ class Upkeep:
         small = [index for index in behind if not behind_by_more_than(db, index, BACKLOG_ROWS)]
         self._ensure_built(behind)  # one never built here is made, empty, to be searched
         taken = 0
-        while small and (step := self._prepared_steps(small, FOLLOW_ROWS)):
-            taken += step
+        while small and (took := self._prepared_steps(small, FOLLOW_ROWS)):
+            taken += took
             small = [index for index in small if not is_caught_up(db, index)]
         return taken
 

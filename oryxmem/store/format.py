@@ -221,7 +221,6 @@ class MemoryDocument:
     """
 
     lines: Lines
-    newline: str
     core: list[Entry] = field(default_factory=list)
     archival: list[Entry] = field(default_factory=list)
     core_lines: array[int] = field(default_factory=lambda: array("i"))
@@ -251,6 +250,11 @@ class MemoryDocument:
         self.line_indexes(entry.scope).append(index)
         if self._entry_lines is not None:
             self._entry_lines[entry.entry_id] = index
+
+    @property
+    def newline(self) -> str:
+        """The file's line ending (its first line's)."""
+        return self.lines.newline
 
     @property
     def parseable(self) -> bool:
@@ -335,7 +339,7 @@ def parse(text: str) -> MemoryDocument:
     """
     physical = split_physical_lines(text)
     lines = Lines(physical, detect_newline(physical))
-    doc = MemoryDocument(lines=lines, newline=lines.newline)
+    doc = MemoryDocument(lines=lines)
     doc.conflict_lines = conflict_line_numbers(text)
     if doc.conflict_lines:
         return doc

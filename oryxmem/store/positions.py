@@ -37,29 +37,17 @@ class EntryPositions(Mapping[str, int]):
         self._others: dict[str, int] = {}
         self._count = 0
 
-    def append(self, entry_id: str, position: int) -> None:
-        number = _number(entry_id)
-        if number is None:
-            self._others[entry_id] = position
-        else:
-            self._numbers.set(number, position)
-        self._count += 1
-
-    def settle(self) -> None:
-        """Sort the ids appended into the compact part (once there are enough of them)."""
-        self._numbers.settle()
-
     def follow(self, archival: Sequence[Entry]) -> None:
         """Take in the entries appended since (this map is of a prefix of these)."""
-        numbers, others, hex_id = self._numbers, self._others, _HEX_ID.fullmatch
-        for at in range(self._count, len(archival)):  # append(), inlined: 100,000 at first
+        for at in range(self._count, len(archival)):
             entry_id = archival[at].entry_id
-            if hex_id(entry_id):
-                numbers.set(int(entry_id, 16), at)
+            number = _number(entry_id)
+            if number is None:
+                self._others[entry_id] = at
             else:
-                others[entry_id] = at
+                self._numbers.set(number, at)
         self._count = max(self._count, len(archival))
-        self.settle()
+        self._numbers.settle()
 
     def _position(self, entry_id: str) -> int | None:
         number = _number(entry_id)

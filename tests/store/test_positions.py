@@ -62,20 +62,15 @@ def test_entry_positions_find_every_id_as_a_dict_of_them_would(
     made = [ids.allocate(ARCHIVAL, None, text) for text in texts]
     made += ["0x" + "1" * 14, "ABCDEF0123456789", "+123456789abcdef", "1" * 16]
     assert any("-" in entry_id for entry_id in made)
-    positions, model = EntryPositions(), {}
-    for at, entry_id in enumerate(made):
-        positions.append(entry_id, at)
-        model[entry_id] = at
-        if at % 7 == 0:
-            positions.settle()
+    # a parsed file's archival entries, taken in as they grow (one by one at first)
+    entries = [Entry(ARCHIVAL, None, str(at), entry_id) for at, entry_id in enumerate(made)]
+    positions = EntryPositions()
+    for upto in (*range(8), 9, 10, 60, len(entries), len(entries)):
+        positions.follow(entries[:upto])
+        assert dict(positions) == {e.entry_id: at for at, e in enumerate(entries[:upto])}
+    model = {entry_id: at for at, entry_id in enumerate(made)}
     assert len(positions) == len(model) and dict(positions) == model
     assert all(positions[entry_id] == at for entry_id, at in model.items())
     assert "0" * 16 not in positions and positions.get("2" * 16) is None
     with pytest.raises(KeyError):
         positions["0x" + "2" * 14]
-    # a parsed file's archival entries, taken in as they grow
-    entries = [Entry(ARCHIVAL, None, str(at), entry_id) for at, entry_id in enumerate(made)]
-    followed = EntryPositions()
-    for upto in (0, 9, 10, 60, len(entries), len(entries)):
-        followed.follow(entries[:upto])
-        assert dict(followed) == {e.entry_id: at for at, e in enumerate(entries[:upto])}
