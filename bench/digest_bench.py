@@ -27,9 +27,9 @@ from oryxmem.store.format import (
     ARCHIVAL,
     CANONICAL_HEADINGS,
     CORE,
-    archival_window,
     render_entry_line,
 )
+from oryxmem.store.window import archival_window
 from oryxmem.workspace import Workspace
 
 REQUESTS = [

@@ -18,21 +18,25 @@ _GONE = -1
 
 
 class IntMap:
-    """Keys of 64 bits (signed, or unsigned with ``unsigned=True``) to values >= 0."""
+    """Keys of 64 bits (signed, or unsigned with ``unsigned=True``) to values >= 0.
 
-    __slots__ = ("_gone", "_keys", "_recent", "_values")
+    One thread writes (set, pop, settle: the caller's lock); others may read meanwhile
+    (get): the arrays are swapped in as one pair, and what settle sorts into them leaves
+    the dict only after."""
+
+    __slots__ = ("_gone", "_recent", "_table")
 
     def __init__(self, *, unsigned: bool = False) -> None:
-        self._keys = array("Q" if unsigned else "q")
-        self._values = array("q")
+        self._table = (array("Q" if unsigned else "q"), array("q"))  # keys, values
         self._recent: dict[int, int] = {}
         self._gone = 0  # items of the arrays marked gone
 
-    def _find(self, key: int) -> int | None:
-        """Where the key is live in the arrays, if it is."""
-        keys = self._keys
+    @staticmethod
+    def _find(key: int, table: tuple[array[int], array[int]]) -> int | None:
+        """Where the key is live in these arrays, if it is."""
+        keys, values = table
         at = bisect.bisect_left(keys, key)
-        if at < len(keys) and keys[at] == key and self._values[at] != _GONE:
+        if at < len(keys) and keys[at] == key and values[at] != _GONE:
             return at
         return None
 
@@ -40,15 +44,16 @@ class IntMap:
         value = self._recent.get(key)
         if value is not None:
             return value
-        at = self._find(key)
-        return None if at is None else self._values[at]
+        table = self._table  # read once: settle may swap it meanwhile
+        at = self._find(key, table)
+        return None if at is None else table[1][at]
 
     def set(self, key: int, value: int) -> None:
         if value < 0:
             raise ValueError("an IntMap holds values >= 0")
-        at = self._find(key)
+        at = self._find(key, self._table)
         if at is not None:
-            self._values[at] = value
+            self._table[1][at] = value
         else:
             self._recent[key] = value
 
@@ -57,10 +62,11 @@ class IntMap:
         value = self._recent.pop(key, None)
         if value is not None:
             return value
-        at = self._find(key)
+        at = self._find(key, self._table)
         if at is None:
             return None
-        value, self._values[at] = self._values[at], _GONE
+        values = self._table[1]
+        value, values[at] = values[at], _GONE
         self._gone += 1
         return value
 
@@ -69,22 +75,22 @@ class IntMap:
         if not self._recent or len(self._recent) < MERGE_AT:
             return
         merged = self._recent
-        if self._keys:
+        keys = self._table[0]
+        if keys:
             merged = dict(self._settled())
             merged.update(self._recent)
-        keys = sorted(merged)
-        self._keys = array(self._keys.typecode, keys)
-        self._values = array("q", map(merged.__getitem__, keys))
+        order = sorted(merged)
+        self._table = (array(keys.typecode, order), array("q", map(merged.__getitem__, order)))
         self._recent, self._gone = {}, 0
 
     def _settled(self) -> Iterator[tuple[int, int]]:
-        pairs = zip(self._keys, self._values, strict=True)
+        pairs = zip(*self._table, strict=True)
         return ((key, value) for key, value in pairs if value != _GONE)
 
     @property
     def sorted_count(self) -> int:
         """Items held in the arrays (the rest wait in the dict)."""
-        return len(self._keys) - self._gone
+        return len(self._table[0]) - self._gone
 
     def __len__(self) -> int:
         return self.sorted_count + len(self._recent)

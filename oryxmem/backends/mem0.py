@@ -27,8 +27,8 @@ from oryxmem.store.format import (
     Entry,
     EntryIds,
     EntryText,
-    archival_window,
 )
+from oryxmem.store.window import archival_window
 
 
 def entries_of(memories: list[Mem0Memory]) -> tuple[list[Entry], list[Entry]]:

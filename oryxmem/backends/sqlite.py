@@ -14,8 +14,9 @@ from oryxmem.index import catch_up
 from oryxmem.index.keyword import KeywordIndex
 from oryxmem.store.base import LongTermMemoryStore, MemorySnapshot, StoreLimits, StoreResources
 from oryxmem.store.db import write_transaction
-from oryxmem.store.format import ARCHIVAL, CORE, Entry, EntryIds, EntryText, archival_window
+from oryxmem.store.format import ARCHIVAL, CORE, Entry, EntryIds, EntryText
 from oryxmem.store.rows import ENTRY_COLUMNS, entry_from_row, ids_of_repeats, insert_rows
+from oryxmem.store.window import archival_window
 
 if TYPE_CHECKING:
     from oryxmem.store.db import Database

@@ -8,7 +8,7 @@ rounds of the agent's other sessions. oryxmem never writes AGENT.md or USER.md.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -70,7 +70,7 @@ class Prompting:
         return memory_block(core, part, episodes_part(episodes, shared.config.episodic_max_chars))
 
     def archival_part(
-        self, ref: AgentRef, query: str, archival: list[Entry] | None = None
+        self, ref: AgentRef, query: str, archival: Sequence[Entry] | None = None
     ) -> ArchivalPart:
         """The archival part of a block built for a query (prompt.archival_for_query), of
         the agent's archival entries (read here when not given)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from oryxmem.store.format import Entry
@@ -49,8 +50,8 @@ class SearchResult:
 @dataclass(frozen=True)
 class MemoryView:
     agent: AgentRef
-    core: list[Entry]
-    archival: list[Entry]
+    core: Sequence[Entry]
+    archival: Sequence[Entry]
     markdown: str
 
 

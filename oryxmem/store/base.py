@@ -12,13 +12,13 @@ from oryxmem.config import Config
 from oryxmem.errors import ContentTooLongError, EmptyKeywordError
 from oryxmem.store.format import (
     ARCHIVAL,
-    ArchivalWindow,
     Entry,
     EntryText,
     check_scope,
     entry_key,
     normalize_content,
 )
+from oryxmem.store.window import ArchivalWindow
 from oryxmem.workspace import Workspace
 
 if TYPE_CHECKING:
@@ -105,7 +105,7 @@ class LongTermMemoryStore(ABC):
         """Both sections for a prompt: core whole, archival cut to the limit."""
 
     @abstractmethod
-    def entries(self) -> tuple[list[Entry], list[Entry]]:
+    def entries(self) -> tuple[Sequence[Entry], Sequence[Entry]]:
         """Every (core, archival) entry, in order."""
 
     def archival_positions(self, archival: Sequence[Entry]) -> Mapping[str, int]:

@@ -10,12 +10,12 @@ from __future__ import annotations
 import enum
 import hashlib
 import re
-from array import array
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
 from oryxmem.errors import EmptyContentError, InvalidContentError, InvalidScopeError
+from oryxmem.store.column import EntryColumn, EntryLines, number_of_key
 from oryxmem.store.lines import Lines
 
 CORE = "core"
@@ -127,23 +127,35 @@ def render_entry_line(ts: str | None, content: str) -> str:
 
 def entry_key(scope: str, ts: str | None, content: str) -> str:
     """A short stable hash of (scope, timestamp, content): the id of its first copy."""
-    return EntryIds().allocate(scope, ts, content)
+    return f"{key_number(scope, ts, content):016x}"
+
+
+def key_number(scope: str, ts: str | None, content: str) -> int:
+    """The key of (scope, timestamp, content) as the number its 16 hex digits spell."""
+    material = f"{scope}\n{ts or ''}\n{content}".encode("utf-8", "surrogatepass")
+    return int.from_bytes(_blake2b(material, digest_size=8).digest(), "big")
 
 
 _blake2b = hashlib.blake2b
+
+
+class Counts(Protocol):
+    """What has seen ids already: how many copies of a key (an EntryIds, a parsed file)."""
+
+    def count(self, key: str) -> int: ...
 
 
 class EntryIds:
     """The one place entry ids are made: the key of (scope, timestamp, content), and for
     the n-th exact repeat in file order the suffix ``-n``.
 
-    ``on_top_of`` numbers entries that come after those another allocator has seen
-    (what a save will add to a parsed file) without copying its counts.
+    ``on_top_of`` numbers entries that come after those another has seen (what a save
+    will add to a parsed file) without copying its counts.
     """
 
     __slots__ = ("_base", "_seen")
 
-    def __init__(self, on_top_of: EntryIds | None = None) -> None:
+    def __init__(self, on_top_of: Counts | None = None) -> None:
         self._seen: dict[str, int] = {}
         self._base = on_top_of
 
@@ -161,9 +173,7 @@ class EntryIds:
         return seen + self._base.count(key) if self._base is not None else seen
 
     def allocate(self, scope: str, ts: str | None, content: str) -> str:
-        # Runs once per entry of files that grow to 100,000 of them: entry_key inlined.
-        material = f"{scope}\n{ts or ''}\n{content}".encode("utf-8", "surrogatepass")
-        key = _blake2b(material, digest_size=8).hexdigest()
+        key = entry_key(scope, ts, content)
         seen = self._seen.get(key, 0)
         self._seen[key] = seen + 1
         ordinal = seen if self._base is None else seen + self._base.count(key)
@@ -209,47 +219,32 @@ class Section:
     last_content_index: int
 
 
-@dataclass
 class MemoryDocument:
     """A parsed MEMORY.md: its physical lines and what they mean.
 
     ``lines`` keep their own line endings, so joining them gives back the file byte for
-    byte (an entry's line written as the format writes it is held as the entry:
-    store/lines.py). Each section's entries come with the index of the line each is
-    on, and ``entry_lines`` maps every entry id to it, made when first asked for: only
-    an edit of entries already there asks, and a dict of 100,000 ids costs 7 MB to keep.
+    byte. Each section's entries are a column of them (store/column.py): the line each
+    is on and its id, the entry read from its line when asked for; ``entry_lines`` maps
+    every entry id to the index of its line.
     """
 
-    lines: Lines
-    core: list[Entry] = field(default_factory=list)
-    archival: list[Entry] = field(default_factory=list)
-    core_lines: array[int] = field(default_factory=lambda: array("i"))
-    archival_lines: array[int] = field(default_factory=lambda: array("i"))
-    sections: dict[str, Section] = field(default_factory=dict)
-    unparsed: list[UnparsedLine] = field(default_factory=list)
-    conflict_lines: list[int] = field(default_factory=list)
-    ids: EntryIds = field(default_factory=EntryIds)
-    _entry_lines: dict[str, int] | None = field(default=None, repr=False, compare=False)
+    def __init__(self, lines: Lines) -> None:
+        self.lines = lines
+        self.core: EntryColumn[Entry] = EntryColumn(lines, CORE, entry_on_line)
+        self.archival: EntryColumn[Entry] = EntryColumn(lines, ARCHIVAL, entry_on_line)
+        self.sections: dict[str, Section] = {}
+        self.unparsed: list[UnparsedLine] = []
+        self.conflict_lines: list[int] = []
+        self.entry_lines: Mapping[str, int] = EntryLines(self.core, self.archival)
 
-    @property
-    def entry_lines(self) -> dict[str, int]:
-        """Every entry id, and the index of its line."""
-        if self._entry_lines is None:
-            found: dict[str, int] = {}
-            for entries, at in ((self.core, self.core_lines), (self.archival, self.archival_lines)):
-                found.update(zip((entry.entry_id for entry in entries), at, strict=True))
-            self._entry_lines = found
-        return self._entry_lines
-
-    def line_indexes(self, scope: str) -> array[int]:
-        return self.core_lines if scope == CORE else self.archival_lines
+    def count(self, key: str) -> int:
+        """How many copies of the entry with this key the file holds (EntryIds.count)."""
+        number = number_of_key(key)
+        return 0 if number is None else self.core.count(number) + self.archival.count(number)
 
     def add_entry(self, entry: Entry, index: int) -> None:
         """An entry (of its scope's section) on line ``index``, after the others."""
-        self.entries(entry.scope).append(entry)
-        self.line_indexes(entry.scope).append(index)
-        if self._entry_lines is not None:
-            self._entry_lines[entry.entry_id] = index
+        self.entries(entry.scope).add_id(index, entry.entry_id)
 
     @property
     def newline(self) -> str:
@@ -262,17 +257,30 @@ class MemoryDocument:
 
     @property
     def text(self) -> str:
-        return "".join(self.lines)
+        return self.lines.text()
 
     @property
     def ends_with_newline(self) -> bool:
         return not self.lines or self.lines[-1].endswith("\n")
 
-    def entries(self, scope: str) -> list[Entry]:
+    def entries(self, scope: str) -> EntryColumn[Entry]:
         return self.core if scope == CORE else self.archival
 
     def all_entries(self) -> list[Entry]:
-        return self.core + self.archival
+        return [*self.core, *self.archival]
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, MemoryDocument):
+            return NotImplemented
+        return (self.lines, self.core, self.archival, self.sections, self.unparsed) == (
+            other.lines,
+            other.core,
+            other.archival,
+            other.sections,
+            other.unparsed,
+        ) and self.conflict_lines == other.conflict_lines
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def split_physical_lines(text: str) -> list[str]:
@@ -331,52 +339,62 @@ def conflict_line_numbers(text: str) -> list[int]:
     return [text.count("\n", 0, match.start()) + 1 for match in _CONFLICT_RE.finditer(text)]
 
 
-def parse(text: str) -> MemoryDocument:
-    """Read a MEMORY.md. Never raises: problems are reported on the document.
+def parse(text: str, data: bytes | None = None) -> MemoryDocument:
+    """Read a MEMORY.md (``data``: its bytes, when at hand). Never raises: problems are
+    reported on the document.
 
     This loop runs once per line of files that grow to 100,000 entries, so the
     common line (a stamped entry) is matched whole, with one regular expression.
     """
     physical = split_physical_lines(text)
-    lines = Lines(physical, detect_newline(physical))
-    doc = MemoryDocument(lines=lines)
+    doc = MemoryDocument(Lines(physical, detect_newline(physical), data))
     doc.conflict_lines = conflict_line_numbers(text)
     if doc.conflict_lines:
         return doc
-    entries: list[Entry] = []
-    at_lines = array("i")
+    column = doc.archival
     section: Section | None = None
-    stamped_line = _STAMPED_LINE_RE.fullmatch
-    allocate = doc.ids.allocate
-    newline, needs_escape = lines.newline, _NEEDS_ESCAPE_RE.search
     for index, line in enumerate(physical):
         if section is not None:  # in a section: its entries, and what else it holds
-            match = stamped_line(line)
-            raw = match.group(2).strip() if match else ""
-            parsed: tuple[str | None, str] | _Skip | None
-            if raw and match:
-                parsed = (match.group(1), unescape_content(raw) if "\\" in raw else raw)
-            else:
-                parsed = _other_line(doc, section, line, index)
-                if parsed is _SKIP:
-                    continue
+            parsed = _stamped_entry(line) or _other_line(doc, section, line, index)
+            if parsed is _SKIP:
+                continue
             if parsed is not None:
-                ts, content = parsed
-                entry = Entry(section.scope, ts, content, allocate(section.scope, ts, content))
-                entries.append(entry)
-                if content is raw and line == f"- [{ts}] {raw}{newline}" and not needs_escape(raw):
-                    lines.hold(index, entry)  # the line as render() writes it, checked here
-                else:
-                    lines.hold_entry(index, entry)
-                at_lines.append(index)
+                column.add(index, key_number(section.scope, *parsed))
                 section.last_content_index = index
                 continue
         opened = _heading(doc, line, index)
         if opened is not _SKIP:  # a heading that ends a section, opening one or none
             section = opened
             if opened is not None:
-                entries, at_lines = doc.entries(opened.scope), doc.line_indexes(opened.scope)
+                column = doc.entries(opened.scope)
+    doc.core.settle()
+    doc.archival.settle()
     return doc
+
+
+def _stamped_entry(line: str) -> tuple[str, str] | None:
+    """(timestamp, content) of the common line, "- [ts] content" and its ending."""
+    match = _STAMPED_LINE_RE.fullmatch(line)
+    if match is None:
+        return None
+    raw = match.group(2).strip()
+    return (match.group(1), unescape_content(raw)) if raw else None
+
+
+def entries_holding(entries: EntryColumn[Entry], folded: str) -> list[Entry]:
+    """The entries whose content, casefolded, holds ``folded``. A line with no backslash
+    holds its content as it is (nothing was unescaped), so only the lines that hold the
+    words, or a backslash, are read as entries."""
+    found = entries.where(lambda line: "\\" in line or folded in line.casefold())
+    return [entry for entry in found if folded in entry.content.casefold()]
+
+
+def entry_on_line(scope: str, line: str, entry_id: str) -> Entry:
+    """The entry parse() found on this line of a section, made again."""
+    parsed = _stamped_entry(line) or parse_entry_body(line_body(line))
+    if parsed is None:
+        raise ValueError(f"no entry on the line {line!r}")
+    return Entry(scope, parsed[0], parsed[1], entry_id)
 
 
 class _Skip(enum.Enum):
@@ -436,7 +454,7 @@ class NewEntry:
 
 def plan_entries(doc: MemoryDocument, additions: Iterable[EntryText]) -> list[Entry]:
     """The entries (with their ids) that adding these to doc would create."""
-    ids = EntryIds(on_top_of=doc.ids)
+    ids = EntryIds(on_top_of=doc)
     return [ids.entry(add.scope, add.ts, add.content) for add in additions]
 
 
@@ -466,11 +484,12 @@ def record_appended_many(doc: MemoryDocument, appended_text: str, entries: Seque
     if len(lines) != len(entries):
         raise ValueError("one appended line per entry")
     for line, entry in zip(lines, entries, strict=True):
-        doc.lines.append(line, entry)
+        doc.lines.append(line)
         index = len(doc.lines) - 1
-        doc.ids.allocate(entry.scope, entry.ts, entry.content)
         doc.add_entry(entry, index)
         doc.sections[entry.scope].last_content_index = index
+    for column in (doc.core, doc.archival):
+        column.settle()
 
 
 def apply_edits(
@@ -544,44 +563,3 @@ def _end_line(out: list[str], nl: str) -> None:
 def new_file_text() -> str:
     """What a new MEMORY.md holds before its first entry."""
     return f"{CANONICAL_HEADINGS[CORE]}\n\n{CANONICAL_HEADINGS[ARCHIVAL]}\n"
-
-
-# --- reading views ----------------------------------------------------------
-
-
-TRUNCATION_MARK = "…"
-
-
-@dataclass(frozen=True)
-class ArchivalWindow:
-    """The archival entries that fit the prompt, newest kept, oldest first."""
-
-    lines: list[str]
-    omitted: int
-    newest_was_cut: bool
-
-
-def archival_window(entries: Sequence[Entry], archival_limit_chars: int) -> ArchivalWindow:
-    """The most recent whole entries whose rendered lines fit the limit.
-
-    Lines are counted with their line break. When even the newest entry alone
-    is too long, its end is kept and its line is marked with TRUNCATION_MARK.
-    """
-    kept: list[str] = []
-    used = 0
-    for entry in reversed(entries):
-        line = entry.render()
-        cost = len(line) + 1
-        if used + cost > archival_limit_chars:
-            break
-        kept.append(line)
-        used += cost
-    if kept or not entries:
-        kept.reverse()
-        return ArchivalWindow(kept, len(entries) - len(kept), False)
-    newest = entries[-1]
-    prefix = f"- [{newest.ts}] " if newest.ts else "- "
-    room = max(archival_limit_chars - len(prefix) - len(TRUNCATION_MARK) - 1, 0)
-    escaped = escape_content(newest.content)
-    tail = escaped[len(escaped) - room :] if room else ""
-    return ArchivalWindow([prefix + TRUNCATION_MARK + tail], len(entries) - 1, True)

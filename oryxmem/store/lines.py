@@ -1,73 +1,75 @@
-"""A MEMORY.md's physical lines, each with its ending, held compactly.
+"""A MEMORY.md's physical lines, each with its ending, held as the file's bytes.
 
-Most lines of a large file are entries written the way the format writes them; such a
-line is held as its entry and made again when it is read (kept as text too, the lines of
-a 100,000-entry file would hold its text a second time: 14 MB; 140 MB at a million). Any
-other line (a heading, prose, an entry typed another way) is held as it is, so joining
-the lines gives back the file byte for byte. Joining them makes every entry's line again
-(about 100 ms at 100,000 entries), so the file's hash, which every reconcile asks for,
-is kept here: taken from the bytes read or written, carried on over lines appended.
+A large file is mostly entries, and a parsed entry as Python objects (its text, stamp,
+id and tuple) costs about 400 bytes; the line it is on costs its UTF-8 bytes. So the
+lines are held as one buffer of the file's bytes (UTF-8; a lone surrogate, which no
+file read holds, passes through) and where each line starts, and a line is decoded
+when asked for: joining them gives back the file byte for byte. The file's hash, which
+every reconcile asks for, is carried over lines appended rather than worked out again.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator, Sequence
-from typing import Any, Protocol, overload
+from array import array
+from collections.abc import Iterable, Iterator, Sequence
+from itertools import accumulate
+from typing import Any, overload
+
+_ENCODING = ("utf-8", "surrogatepass")
 
 
-class Rendered(Protocol):
-    """What renders to the body of the line that holds it (an entry)."""
+def encoded(text: str) -> bytes:
+    return text.encode(*_ENCODING)
 
-    def render(self) -> str: ...
+
+def _byte_length(line: str) -> int:
+    return len(line) if line.isascii() else len(encoded(line))
 
 
 class Lines(Sequence[str]):
-    """The lines of a file whose lines end in ``newline``; an entry's line that is exactly
-    its rendering and that ending is held as the entry."""
+    """The lines of a file whose lines end in ``newline`` (its first line's ending)."""
 
-    __slots__ = ("_held", "_sha256", "newline")
+    __slots__ = ("_data", "_sha256", "_starts", "newline")
 
-    def __init__(self, lines: list[str], newline: str) -> None:
-        """``lines`` is taken, not copied: parse() walks it as its lines are held."""
-        self._held: list[str | Rendered] = lines  # type: ignore[assignment]
+    def __init__(self, lines: Iterable[str], newline: str, data: bytes | None = None) -> None:
+        """``data``: the lines joined, in UTF-8, when at hand (the bytes a file was read
+        as); made from the lines otherwise."""
+        lines = lines if isinstance(lines, list) else list(lines)
+        self._starts = array("q", accumulate(map(_byte_length, lines), initial=0))
+        # bytes as read (no copy), a bytearray once a line is appended
+        self._data: bytes | bytearray = encoded("".join(lines)) if data is None else data
+        if len(self._data) != self._starts[-1]:
+            raise ValueError("the data are not these lines")
         self.newline = newline
         self._sha256: Any = None  # hashlib's, once worked out
 
-    def hash_bytes(self, data: bytes) -> None:
-        """The file's bytes (these lines joined, in UTF-8), hashed while at hand."""
-        self._sha256 = hashlib.sha256(data)
-
     def sha256(self) -> str:
-        """The SHA-256 of the lines joined, in UTF-8 (joined only if not known)."""
+        """The SHA-256 of the file's bytes."""
         if self._sha256 is None:
-            self._sha256 = hashlib.sha256("".join(self).encode("utf-8"))
+            self._sha256 = hashlib.sha256(self._data)
         return str(self._sha256.hexdigest())
 
-    def hold(self, index: int, entry: Rendered) -> None:
-        """Line ``index`` is exactly the entry's rendering and this file's line ending (the
-        caller checked): held as the entry."""
-        self._held[index] = entry
+    def text(self) -> str:
+        """The lines joined: the file."""
+        return self._data.decode(*_ENCODING)
 
-    def hold_entry(self, index: int, entry: Rendered) -> None:
-        """Line ``index`` holds this entry: kept as the entry when it renders to the line."""
-        line = self._held[index]
-        if isinstance(line, str) and line == entry.render() + self.newline:
-            self._held[index] = entry
-
-    def append(self, line: str, entry: Rendered | None = None) -> None:
-        """A line at the end (of ``entry``, when it holds one)."""
-        self._held.append(line)
+    def append(self, line: str) -> None:
+        """A line at the end."""
+        data = encoded(line)
+        if isinstance(self._data, bytes):
+            self._data = bytearray(self._data)
+        self._data += data
+        self._starts.append(len(self._data))
         if self._sha256 is not None:
-            self._sha256.update(line.encode("utf-8"))
-        if entry is not None:
-            self.hold_entry(len(self._held) - 1, entry)
-
-    def _line(self, held: str | Rendered) -> str:
-        return held if isinstance(held, str) else held.render() + self.newline
+            self._sha256.update(data)
 
     def __len__(self) -> int:
-        return len(self._held)
+        return len(self._starts) - 1
+
+    def _line(self, index: int) -> str:
+        starts = self._starts
+        return self._data[starts[index] : starts[index + 1]].decode(*_ENCODING)
 
     @overload
     def __getitem__(self, index: int) -> str: ...
@@ -75,23 +77,32 @@ class Lines(Sequence[str]):
     def __getitem__(self, index: slice) -> list[str]: ...
     def __getitem__(self, index: int | slice) -> str | list[str]:
         if isinstance(index, slice):
-            return [self._line(held) for held in self._held[index]]
-        return self._line(self._held[index])
+            return [self._line(at) for at in range(*index.indices(len(self)))]
+        count = len(self)
+        if not -count <= index < count:
+            raise IndexError("line index out of range")
+        return self._line(index % count)
 
     def __setitem__(self, index: int, line: str) -> None:
-        """Line ``index`` is now ``line``: the last one grown (its line ending added) carries
-        the hash on; any other change lets it be worked out again when asked."""
-        old = self[index]
-        self._held[index] = line
-        if self._sha256 is None:
-            return
-        if index in (-1, len(self._held) - 1) and line.startswith(old):
-            self._sha256.update(line[len(old) :].encode("utf-8"))
+        """Line ``index`` is now ``line``: the last one grown (its line ending added)
+        carries the hash on; any other change lets it be worked out again when asked."""
+        index %= len(self)
+        starts, data = self._starts, encoded(line)
+        start, end = starts[index], starts[index + 1]
+        old = self._data[start:end]
+        last = index == len(self) - 1
+        self._data = bytearray(self._data) if isinstance(self._data, bytes) else self._data
+        self._data[start:end] = data
+        grown = len(data) - len(old)
+        for at in range(index + 1, len(starts)):
+            starts[at] += grown
+        if self._sha256 is not None and last and data.startswith(old):
+            self._sha256.update(data[len(old) :])
         else:
             self._sha256 = None
 
     def __iter__(self) -> Iterator[str]:
-        return map(self._line, self._held)
+        return map(self._line, range(len(self)))
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Lines | list):

@@ -11,7 +11,7 @@ import os
 import threading
 import time
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
@@ -36,22 +36,23 @@ from oryxmem.fileio import (
 from oryxmem.heap import give_back_freed_memory
 from oryxmem.store.answered import AnsweredLog
 from oryxmem.store.base import LongTermMemoryStore, MemorySnapshot, StoreLimits, StoreResources
+from oryxmem.store.column import Prefix
 from oryxmem.store.format import (
     Entry,
     EntryText,
     MemoryDocument,
     append_at_end,
     apply_edits,
-    archival_window,
+    entries_holding,
     new_file_text,
     parse,
     plan_entries,
     record_appended_many,
 )
 from oryxmem.store.orphans import WATCH_SECONDS, Orphan, merge
-from oryxmem.store.positions import EntryPositions
 from oryxmem.store.tombstones import FILE_NAME as TOMBSTONES
 from oryxmem.store.tombstones import Tombstones
+from oryxmem.store.window import archival_window
 from oryxmem.workspace import Workspace
 
 # What a journal replay may find that needs no telling: the append had completed, or
@@ -90,16 +91,12 @@ class Append(NamedTuple):
 class _Cached:
     key: FileStat | None  # None: the file does not exist
     doc: MemoryDocument
-    folded_archival: list[str] = field(default_factory=list)
-    positions: EntryPositions = field(default_factory=EntryPositions)  # archival id -> index
 
     @classmethod
     def of(cls, key: FileStat, text: str, data: bytes) -> _Cached:
         """The file as read or written: its text parsed, its bytes (the text in UTF-8)
-        hashed while they are at hand."""
-        doc = parse(text)
-        doc.lines.hash_bytes(data)
-        return cls(key, doc)
+        held as its lines."""
+        return cls(key, parse(text, data))
 
 
 @dataclass
@@ -240,35 +237,23 @@ class MarkdownMemoryStore(LongTermMemoryStore):
             window = archival_window(doc.archival, self.limits.archival_limit_chars)
             return MemorySnapshot(core, window, len(doc.archival))
 
-    def entries(self) -> tuple[list[Entry], list[Entry]]:
+    def entries(self) -> tuple[Sequence[Entry], Sequence[Entry]]:
+        """The file's entries as they are now, each read from its line when asked for
+        (appends after this call do not show; a rewrite leaves them as they were)."""
         with self.lock.hold():
             doc = self._parseable_locked().doc
-            return list(doc.core), list(doc.archival)
+            return doc.core.upto(len(doc.core)), doc.archival.upto(len(doc.archival))
 
     def archival_positions(self, archival: Sequence[Entry]) -> Mapping[str, int]:
-        """As the parsed file has them, kept with it and extended as entries are appended
-        (a prompt for a query asks on every build)."""
-        with self.lock.hold():
-            cached = self._parseable_locked()
-            doc, positions = cached.doc, cached.positions
-            if len(doc.archival) != len(archival) or (
-                archival and doc.archival[-1].entry_id != archival[-1].entry_id
-            ):
-                return super().archival_positions(archival)  # the file moved on since
-            positions.follow(doc.archival)
-            return positions
+        """Those of the parsed file, when ``archival`` is what entries() gave: its ids
+        are found through its column's map (a prompt for a query asks on every build)."""
+        if isinstance(archival, Prefix):
+            return archival.positions()
+        return super().archival_positions(archival)
 
     def _recall(self, folded_keyword: str) -> list[Entry]:
         with self.lock.hold():
-            cached = self._parseable_locked()
-            archival = cached.doc.archival
-            folded = cached.folded_archival
-            folded.extend(entry.content.casefold() for entry in archival[len(folded) :])
-            return [
-                entry
-                for entry, text in zip(archival, folded, strict=True)
-                if folded_keyword in text
-            ]
+            return entries_holding(self._parseable_locked().doc.archival, folded_keyword)
 
     # --- writing -------------------------------------------------------------
 

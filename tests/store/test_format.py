@@ -17,15 +17,17 @@ from oryxmem.store.format import (
     NewEntry,
     append_at_end,
     apply_edits,
-    archival_window,
+    entries_holding,
     escape_content,
     normalize_content,
+    numbered,
     parse,
     plan_entries,
     record_appended_many,
     split_physical_lines,
     unescape_content,
 )
+from oryxmem.store.window import archival_window
 
 TS = "2026-07-22 09:30:00"
 LINE_BREAKS = [
@@ -313,9 +315,10 @@ def test_record_appended_matches_a_fresh_parse() -> None:
         assert before != doc.lines.sha256() == hashlib.sha256(expected.text.encode()).hexdigest()
 
 
-def test_an_entry_line_as_the_format_writes_it_is_held_as_its_entry_and_given_back() -> None:
-    """A large file's lines are not kept twice: an entry's line that is exactly its
-    rendering is held as the entry; every other line as it was, byte for byte."""
+def test_lines_are_held_as_the_files_bytes_and_entries_read_back_from_them() -> None:
+    """A large file is not kept as Python objects: its lines are its bytes (UTF-8, any
+    line ending, a line with no ending last), each entry read from its line when asked
+    for, as parse found it; a line changed in place moves the lines after it."""
     odd = [
         f"- [{TS}]\tTAB after the stamp\n",  # a tab, not the space the format writes
         f"- [{TS}]  two spaces\n",
@@ -324,22 +327,26 @@ def test_an_entry_line_as_the_format_writes_it_is_held_as_its_entry_and_given_ba
         f"- [{TS}] a\x0bliteral line break\n",  # the format writes it escaped
         f"- [{TS}] written \\\\ escaped\n",  # the format's own escape
         f"- [{TS}] a CR line\r\n",  # in a file whose lines end in LF
+        f"- [{TS}] café ☕ 𝄞 wide\n",  # two, three and four bytes a character
         "- no stamp\n",
     ]
     plain = [f"- [{TS}] plain {n}\n" for n in range(3)]
     text = "\ufeff# Memory\n\n## 归档记忆\n" + "".join(plain[:2] + odd + plain[2:]) + "- last"
     doc = parse(text)
     assert doc.text == text and list(doc.lines) == split_physical_lines(text)
-    assert doc.lines[3] == plain[0] and doc.lines[-1] == "- last"
-    held = [n for n, line in enumerate(doc.lines._held) if not isinstance(line, str)]
-    # the plain entries, the escaped one and the one with no stamp render as they were
-    # written; every other line is kept as text
-    assert held == [3, 4, 10, 12, 13]
+    assert doc.lines[3] == plain[0] and doc.lines[-1] == "- last" and doc.lines[-3] == odd[-1]
+    contents = ["plain 0", "plain 1", "TAB after the stamp", "two spaces", "trailing space"]
+    contents += ["another bullet", "a\x0bliteral line break", "written \\ escaped", "a CR line"]
+    contents += ["café ☕ 𝄞 wide", "no stamp", "plain 2", "last"]
+    assert [e.content for e in doc.archival] == contents
+    assert [e.ts for e in doc.archival][-4:] == [TS, None, TS, None]
+    assert list(doc.archival) == numbered(doc.archival)  # ids as a fresh numbering gives
     assert doc.lines.sha256() == hashlib.sha256(text.encode()).hexdigest()
-    doc.lines[1] = "a line changed in place\n"  # the hash is worked out again
+    doc.lines[1] = "a longer line, changed in place: ☕\n"  # the lines after it move
+    assert [e.content for e in doc.archival] == contents
     assert doc.lines.sha256() == hashlib.sha256(doc.text.encode()).hexdigest()
     crlf = text.replace("\n", "\r\n")
-    assert parse(crlf).text == crlf and len(parse(crlf).archival) == len(doc.archival)
+    assert parse(crlf).text == crlf and list(parse(crlf).archival) == list(parse(text).archival)
 
 
 def test_append_at_end_refuses_when_section_is_not_last() -> None:
@@ -375,3 +382,27 @@ def test_window_cuts_a_newest_entry_longer_than_the_limit_keeping_its_end() -> N
     (line,) = window.lines
     assert line.endswith("THE END") and "…" in line
     assert len(line) + 1 <= 4000
+
+
+# What a hand-written entry's content may be made of (escapes written by hand too).
+PIECES = ["a", "A", "ß", "ss", "K", "\u212a", "\\u000b", "\\\\", "\\r", "é", " ", "x"]
+
+
+@settings(max_examples=150)
+@given(
+    st.lists(st.lists(st.sampled_from(PIECES), min_size=1, max_size=6).map("".join), max_size=10),
+    st.lists(
+        st.sampled_from(["a", "ß", "k", "\\", "é", "\r", "\x0b", "x"]), min_size=1, max_size=3
+    ).map("".join),
+)
+def test_the_entries_holding_words_are_those_whose_content_casefolded_holds_them(
+    raws: list[str], words: str
+) -> None:
+    """Lines read as entries only when they may hold the words: written with escapes
+    (a backslash, CR, a line break), letters whose casefold is longer (ß) or another's
+    (the Kelvin sign)."""
+    text = "## 归档记忆\n" + "".join(f"- [{TS}] {raw}\n" for raw in raws)
+    doc = parse(text)
+    folded = words.casefold()
+    expected = [e for e in doc.archival if folded in e.content.casefold()]
+    assert entries_holding(doc.archival, folded) == expected

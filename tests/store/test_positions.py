@@ -1,4 +1,5 @@
-"""The compact maps a large memory keeps: intmap.IntMap and store/positions.py."""
+"""The compact maps a large memory keeps: intmap.IntMap, and a parsed file's columns of
+entries finding their ids (store/column.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,16 @@ from hypothesis import strategies as st
 
 from oryxmem import intmap
 from oryxmem.intmap import IntMap
-from oryxmem.store.format import ARCHIVAL, Entry, EntryIds
-from oryxmem.store.positions import EntryPositions
+from oryxmem.store.format import (
+    ARCHIVAL,
+    NewEntry,
+    append_at_end,
+    new_file_text,
+    numbered,
+    parse,
+    plan_entries,
+    record_appended_many,
+)
 
 OPS = st.lists(
     st.tuples(
@@ -50,27 +59,46 @@ def test_an_intmap_refuses_a_negative_value() -> None:
         IntMap().set(1, -1)
 
 
-def test_entry_positions_find_every_id_as_a_dict_of_them_would(
+def test_a_files_ids_are_found_where_they_are_as_the_file_grows(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Ids of first copies (16 hex digits) kept as numbers, those of repeats and any
-    other id (a prefix int() would read, capitals) as they are; grown in steps."""
+    """Ids of first copies (16 hex digits) kept as numbers in the compact map, those of
+    repeats beside them; grown by appends one at a time, then in steps; an entries()
+    prefix keeps its length while the file grows; strings that are no id are not found."""
     monkeypatch.setattr(intmap, "MERGE_AT", 5)
-    ids = EntryIds()
     rng = random.Random(5)
     texts = [f"entry {rng.randrange(40)}" for _ in range(120)]
-    made = [ids.allocate(ARCHIVAL, None, text) for text in texts]
-    made += ["0x" + "1" * 14, "ABCDEF0123456789", "+123456789abcdef", "1" * 16]
-    assert any("-" in entry_id for entry_id in made)
-    # a parsed file's archival entries, taken in as they grow (one by one at first)
-    entries = [Entry(ARCHIVAL, None, str(at), entry_id) for at, entry_id in enumerate(made)]
-    positions = EntryPositions()
-    for upto in (*range(8), 9, 10, 60, len(entries), len(entries)):
-        positions.follow(entries[:upto])
-        assert dict(positions) == {e.entry_id: at for at, e in enumerate(entries[:upto])}
-    model = {entry_id: at for at, entry_id in enumerate(made)}
-    assert len(positions) == len(model) and dict(positions) == model
-    assert all(positions[entry_id] == at for entry_id, at in model.items())
-    assert "0" * 16 not in positions and positions.get("2" * 16) is None
-    with pytest.raises(KeyError):
-        positions["0x" + "2" * 14]
+    doc = parse(new_file_text())
+    steps = [*([1] * 8), 2, 10, 50, 49]
+    taken = 0
+    for step in steps:
+        batch = [NewEntry(ARCHIVAL, None, text) for text in texts[taken : taken + step]]
+        added = plan_entries(doc, batch)
+        tail = append_at_end(doc, batch)
+        assert tail is not None
+        before = doc.archival.upto(len(doc.archival))
+        record_appended_many(doc, tail, added)
+        taken += step
+        assert len(before) == taken - step and list(before) == list(doc.archival)[: taken - step]
+        expected = numbered(NewEntry(ARCHIVAL, None, text) for text in texts[:taken])
+        assert list(doc.archival) == expected
+        positions = doc.archival.upto(taken).positions()
+        assert dict(positions) == {e.entry_id: at for at, e in enumerate(expected)}
+        assert all(
+            doc.entry_lines[e.entry_id] == doc.archival.at[at] for at, e in enumerate(expected)
+        )
+    assert any("-" in entry.entry_id for entry in doc.archival)
+    assert parse(doc.text) == doc
+    positions = doc.archival.upto(60).positions()
+    late = doc.archival[100].entry_id
+    assert (late in positions) == (doc.archival.position(late) < 60)
+    for other in (
+        "0x" + "1" * 14,
+        "ABCDEF0123456789",
+        "+123456789abcdef",
+        "1" * 16,
+        "1" * 16 + "-0",
+    ):
+        assert other not in positions and other not in doc.entry_lines
+        with pytest.raises(KeyError):
+            positions[other]
