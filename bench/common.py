@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import fcntl
 import os
 import random
 import signal
@@ -269,4 +270,38 @@ def scratch_workspace(prefix: str, name: str = "ws") -> Iterator[Path]:
     with scratch_dir(prefix) as folder:
         root = Path(folder) / name
         init_workspace(root, config_text=default_config_text())
-        yield root
+        try:
+            yield root
+        finally:
+            stop_daemon_of(root)
+
+
+def stop_daemon_of(root: Path, patience: float = 60.0) -> None:
+    """The daemon serving this workspace, if one does (a command started it in the
+    background, daemon.autostart), stopped: it would wait an hour for its next call."""
+    from oryxmem.workspace import Workspace
+
+    path = Workspace(root).run_dir / "daemon.lock"
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return
+    try:
+        if _lock_free(fd):
+            return
+        pid = int(os.pread(fd, 64, 0).decode().strip())
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + patience
+        while not _lock_free(fd) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        os.close(fd)
+
+
+def _lock_free(fd: int) -> bool:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    return True

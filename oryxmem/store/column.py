@@ -10,6 +10,7 @@ entry must be numbered after.
 
 from __future__ import annotations
 
+import bisect
 import re
 from array import array
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -137,6 +138,12 @@ class EntryColumn(Sequence[E], Generic[E]):
 
     def __iter__(self) -> Iterator[E]:
         return map(self._entry, range(len(self)))
+
+    def on_line(self, index: int) -> E | None:
+        """The entry on line ``index``, if one is."""
+        at = self.at
+        position = bisect.bisect_left(at, index)
+        return self._entry(position) if position < len(at) and at[position] == index else None
 
     def where(self, line_says: Callable[[str], bool]) -> Iterator[E]:
         """The entries whose line ``line_says`` yes to, read from their lines."""

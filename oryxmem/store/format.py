@@ -127,13 +127,17 @@ def render_entry_line(ts: str | None, content: str) -> str:
 
 def entry_key(scope: str, ts: str | None, content: str) -> str:
     """A short stable hash of (scope, timestamp, content): the id of its first copy."""
-    return f"{key_number(scope, ts, content):016x}"
+    return _key_digest(scope, ts, content).hex()
 
 
 def key_number(scope: str, ts: str | None, content: str) -> int:
     """The key of (scope, timestamp, content) as the number its 16 hex digits spell."""
+    return int.from_bytes(_key_digest(scope, ts, content), "big")
+
+
+def _key_digest(scope: str, ts: str | None, content: str) -> bytes:
     material = f"{scope}\n{ts or ''}\n{content}".encode("utf-8", "surrogatepass")
-    return int.from_bytes(_blake2b(material, digest_size=8).digest(), "big")
+    return _blake2b(material, digest_size=8).digest()
 
 
 _blake2b = hashlib.blake2b
@@ -241,6 +245,18 @@ class MemoryDocument:
         """How many copies of the entry with this key the file holds (EntryIds.count)."""
         number = number_of_key(key)
         return 0 if number is None else self.core.count(number) + self.archival.count(number)
+
+    def entry(self, entry_id: str) -> Entry | None:
+        """The entry with this id, if the file holds it."""
+        for column in (self.core, self.archival):
+            at = column.position(entry_id)
+            if at is not None:
+                return column[at]
+        return None
+
+    def entry_at_line(self, index: int) -> Entry | None:
+        """The entry on line ``index``, if one is."""
+        return self.core.on_line(index) or self.archival.on_line(index)
 
     def add_entry(self, entry: Entry, index: int) -> None:
         """An entry (of its scope's section) on line ``index``, after the others."""

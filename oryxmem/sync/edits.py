@@ -90,8 +90,7 @@ def _edit_once(
         doc, key = store.current_locked()
         if not doc.parseable:
             raise MemoryFileConflictedError("MEMORY.md has git conflict markers; resolve them")
-        by_id = {entry.entry_id: entry for entry in doc.all_entries()}
-        _check_present(by_id, [*removals, *replacements])
+        by_id = _present(doc, [*removals, *replacements])
         with write_transaction(db):
             state = rows.read_state(db, agent)
             if state is None or not rows.is_current(db, state, key):
@@ -105,10 +104,11 @@ def _edit_once(
             written = _written(doc, after, removals, list(replacements))
             removed = [by_id[entry_id] for entry_id in removals]
             _follow_in_rows(engine, agent, removed, written, source, by_id, list(replacements))
-            agreed = [entry.entry_id for entry in after.all_entries()]
+            agreed = list(after.entry_lines)
             # Tombstones before the new agreed state: a crash between writes them again.
+            # agreed: the file read, so what went is what was removed or replaced
             gone = set(state.agreed).difference(agreed)
-            store.tombstones.add((i, by_id[i].ts) for i in sorted(gone))  # agreed: in the file
+            store.tombstones.add((i, by_id[i].ts) for i in sorted(gone))
             store.tombstones.lift(entry.entry_id for entry in written)  # written on purpose
             path = str(engine.workspace.memory_path(agent))
             sha = after.lines.sha256()
@@ -132,14 +132,17 @@ def _checked(replacements: Mapping[str, str], config: Config) -> dict[str, str]:
     return checked
 
 
-def _check_present(by_id: Mapping[str, Entry], wanted: Sequence[str]) -> None:
-    missing = [entry_id for entry_id in dict.fromkeys(wanted) if entry_id not in by_id]
+def _present(doc: MemoryDocument, wanted: Sequence[str]) -> dict[str, Entry]:
+    """The wanted entries by id; EntryNotFoundError when any is not in the file."""
+    found = {entry_id: doc.entry(entry_id) for entry_id in dict.fromkeys(wanted)}
+    missing = [entry_id for entry_id, entry in found.items() if entry is None]
     if missing:
         raise EntryNotFoundError(
             f"no entry {', '.join(missing)} in MEMORY.md: it changed or went since it was"
             " read; read it again",
             data={"missing": missing},
         )
+    return {entry_id: entry for entry_id, entry in found.items() if entry is not None}
 
 
 def _written(
@@ -147,13 +150,14 @@ def _written(
 ) -> list[Entry]:
     """The entries that took the replaced ones' lines, read back from the file written: a
     replaced line keeps its place, moved up by the removed lines above it."""
-    at_line = {index: entry_id for entry_id, index in after.entry_lines.items()}
-    by_id = {entry.entry_id: entry for entry in after.all_entries()}
     removed_lines = sorted(before.entry_lines[entry_id] for entry_id in removals)
     written = []
     for entry_id in replaced:
         index = before.entry_lines[entry_id]
-        written.append(by_id[at_line[index - bisect.bisect_left(removed_lines, index)]])
+        entry = after.entry_at_line(index - bisect.bisect_left(removed_lines, index))
+        if entry is None:
+            raise ValueError(f"the line written for {entry_id} holds no entry")
+        written.append(entry)
     return written
 
 

@@ -78,6 +78,30 @@ def test_the_hash_of_the_file_as_kept_is_the_hash_of_its_bytes_after_each_write(
     assert kept() == on_disk()
 
 
+def test_the_entries_a_reader_took_stay_as_they_were_while_the_file_is_written(
+    tmp_path: Path,
+) -> None:
+    """entries() gives the sections as they are, read from the parsed file's lines when
+    looked at, after the lock is let go: appends after it do not show in them, and a
+    rewrite (a removal, a core save) leaves them as they were."""
+    store = open_store(tmp_path)
+    for content in ("first", "second ☕", "third"):
+        store.append(content)
+    core, archival = store.entries()
+    expected = [(e.entry_id, e.content) for e in archival]
+    positions = store.archival_positions(archival)
+    store.append("fourth")
+    assert [(e.entry_id, e.content) for e in archival] == expected
+    assert len(archival) == 3 and archival[-1].content == "third"
+    with store.lock.hold():
+        doc, key = store.current_locked()
+        store.edit_locked([], [doc.archival[0].entry_id], based_on=key)  # a rewrite
+    store.append("a core fact", CORE)
+    assert [(e.entry_id, e.content) for e in archival] == expected and list(core) == []
+    assert dict(positions) == {entry_id: at for at, (entry_id, _) in enumerate(expected)}
+    assert [e.content for e in store.entries()[1]] == ["second ☕", "third", "fourth"]
+
+
 def test_a_core_save_rewrites_atomically_and_keeps_the_mode(tmp_path: Path) -> None:
     store = open_store(tmp_path)
     store.append("archival")
