@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Generic, TypeVar, overload
 
 from oryxmem.intmap import IntMap
-from oryxmem.store.lines import Lines
+from oryxmem.store.lines import Lines, pick
 
 E = TypeVar("E")
 _ID = re.compile(r"([0-9a-f]{16})(?:-([1-9][0-9]*))?")
@@ -129,12 +129,7 @@ class EntryColumn(Sequence[E], Generic[E]):
     @overload
     def __getitem__(self, index: slice) -> list[E]: ...
     def __getitem__(self, index: int | slice) -> E | list[E]:
-        if isinstance(index, slice):
-            return [self._entry(at) for at in range(*index.indices(len(self)))]
-        count = len(self)
-        if not -count <= index < count:
-            raise IndexError("entry index out of range")
-        return self._entry(index % count)
+        return pick(index, len(self), self._entry)
 
     def __iter__(self) -> Iterator[E]:
         return map(self._entry, range(len(self)))
@@ -190,11 +185,7 @@ class Prefix(Sequence[E], Generic[E]):
     @overload
     def __getitem__(self, index: slice) -> list[E]: ...
     def __getitem__(self, index: int | slice) -> E | list[E]:
-        if isinstance(index, slice):
-            return self._column[slice(*index.indices(self._count))]
-        if not -self._count <= index < self._count:
-            raise IndexError("entry index out of range")
-        return self._column[index % self._count]
+        return pick(index, self._count, self._column.__getitem__)
 
     def __iter__(self) -> Iterator[E]:
         return map(self._column.__getitem__, range(self._count))

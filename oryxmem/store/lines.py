@@ -12,15 +12,26 @@ from __future__ import annotations
 
 import hashlib
 from array import array
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import accumulate
-from typing import Any, overload
+from typing import Any, TypeVar, overload
 
 _ENCODING = ("utf-8", "surrogatepass")
+T = TypeVar("T")
 
 
 def encoded(text: str) -> bytes:
     return text.encode(*_ENCODING)
+
+
+def pick(index: int | slice, count: int, read: Callable[[int], T]) -> T | list[T]:
+    """Sequence indexing over ``count`` items read by position: one (negative counts
+    from the end), or a slice of them."""
+    if isinstance(index, slice):
+        return [read(at) for at in range(*index.indices(count))]
+    if not -count <= index < count:
+        raise IndexError("index out of range")
+    return read(index % count)
 
 
 def _byte_length(line: str) -> int:
@@ -76,12 +87,7 @@ class Lines(Sequence[str]):
     @overload
     def __getitem__(self, index: slice) -> list[str]: ...
     def __getitem__(self, index: int | slice) -> str | list[str]:
-        if isinstance(index, slice):
-            return [self._line(at) for at in range(*index.indices(len(self)))]
-        count = len(self)
-        if not -count <= index < count:
-            raise IndexError("line index out of range")
-        return self._line(index % count)
+        return pick(index, len(self), self._line)
 
     def __setitem__(self, index: int, line: str) -> None:
         """Line ``index`` is now ``line``: the last one grown (its line ending added)
