@@ -523,3 +523,38 @@ def test_another_programs_write_is_not_refused_while_a_reconcile_writes_the_file
     assert sorted(lines(workspace, "coder")) == ["from sql", "meanwhile", "old"]
     assert disagreements(workspace) == []
     assert engine.reconcile_agent("coder").status == "unchanged"
+
+
+def test_a_row_changed_twice_while_a_reconcile_writes_its_first_change_keeps_the_last(
+    engine: SyncEngine, workspace: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another program updates a row, and again while the reconcile writes the first
+    update into MEMORY.md. The file's change was the reconcile's own, from the row: the
+    second update reaches the file too, and nothing is called a conflict (the soak
+    found 'the file wins' here, and the second update only in history)."""
+    write(workspace, "coder", f"## 归档记忆\n- [{TS}] old\n")
+    engine.reconcile_all()
+    sql(workspace, "UPDATE memory_entries SET content = 'first update' WHERE content = 'old'")
+    original = MarkdownMemoryStore.edit_locked
+    updated = []
+
+    def edit_while_another_program_updates_again(*args: object, **kwargs: object) -> object:
+        written = original(*args, **kwargs)  # type: ignore[arg-type]
+        if not updated:
+            sql(
+                workspace,
+                "UPDATE memory_entries SET content = 'second update'"
+                " WHERE content = 'first update'",
+            )
+            updated.append(True)
+        return written
+
+    monkeypatch.setattr(
+        MarkdownMemoryStore, "edit_locked", edit_while_another_program_updates_again
+    )
+    engine.reconcile_agent("coder")
+    assert updated == [True]
+    assert lines(workspace, "coder") == ["second update"]
+    assert disagreements(workspace) == []
+    assert [e["op"] for e in table.history(engine.db, "coder", 10) if e["op"] == "lost"] == []
+    assert not engine.reconcile_agent("coder").drift  # nothing left to do
