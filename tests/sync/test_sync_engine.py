@@ -6,7 +6,7 @@ import os
 import shutil
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from support.sync import disagreements, file_items, git, row_items, sql
@@ -489,6 +489,28 @@ def test_a_file_switched_between_reading_and_writing_is_read_again(
     assert disagreements(workspace) == []
 
 
+def once_as_the_file_is_written(
+    monkeypatch: pytest.MonkeyPatch, action: Callable[[], None], *, after: bool = False
+) -> list[bool]:
+    """``action`` (another program's write) runs once, as a reconcile writes MEMORY.md:
+    just before its write, or just ``after`` it. The list says whether it ran."""
+    original = MarkdownMemoryStore.edit_locked
+    done: list[bool] = []
+
+    def edit(*args: object, **kwargs: object) -> object:
+        if not done and not after:
+            action()
+            done.append(True)
+        written = original(*args, **kwargs)  # type: ignore[arg-type]
+        if not done and after:
+            action()
+            done.append(True)
+        return written
+
+    monkeypatch.setattr(MarkdownMemoryStore, "edit_locked", edit)
+    return done
+
+
 def test_another_programs_write_is_not_refused_while_a_reconcile_writes_the_file(
     engine: SyncEngine, workspace: Workspace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -500,24 +522,19 @@ def test_another_programs_write_is_not_refused_while_a_reconcile_writes_the_file
     write(workspace, "coder", f"## 归档记忆\n- [{TS}] old\n")
     engine.reconcile_all()
     sql(workspace, "INSERT INTO memory_entries(agent, content) VALUES ('coder', 'from sql')")
-    original = MarkdownMemoryStore.edit_locked
-    inserted = []
 
-    def edit_while_another_program_writes(*args: object, **kwargs: object) -> object:
-        if not inserted:
-            other = sqlite3.connect(workspace.db_path, timeout=0, isolation_level=None)
-            try:
-                other.execute("BEGIN IMMEDIATE")  # refused if the reconcile held the lock
-                other.execute(
-                    "INSERT INTO memory_entries(agent, content) VALUES ('coder', 'meanwhile')"
-                )
-                other.execute("COMMIT")
-            finally:
-                other.close()
-            inserted.append(True)
-        return original(*args, **kwargs)  # type: ignore[arg-type]
+    def insert_with_no_busy_timeout() -> None:
+        other = sqlite3.connect(workspace.db_path, timeout=0, isolation_level=None)
+        try:
+            other.execute("BEGIN IMMEDIATE")  # refused if the reconcile held the lock
+            other.execute(
+                "INSERT INTO memory_entries(agent, content) VALUES ('coder', 'meanwhile')"
+            )
+            other.execute("COMMIT")
+        finally:
+            other.close()
 
-    monkeypatch.setattr(MarkdownMemoryStore, "edit_locked", edit_while_another_program_writes)
+    inserted = once_as_the_file_is_written(monkeypatch, insert_with_no_busy_timeout)
     engine.reconcile_agent("coder")
     assert inserted == [True]
     assert sorted(lines(workspace, "coder")) == ["from sql", "meanwhile", "old"]
@@ -535,23 +552,8 @@ def test_a_row_changed_twice_while_a_reconcile_writes_its_first_change_keeps_the
     write(workspace, "coder", f"## 归档记忆\n- [{TS}] old\n")
     engine.reconcile_all()
     sql(workspace, "UPDATE memory_entries SET content = 'first update' WHERE content = 'old'")
-    original = MarkdownMemoryStore.edit_locked
-    updated = []
-
-    def edit_while_another_program_updates_again(*args: object, **kwargs: object) -> object:
-        written = original(*args, **kwargs)  # type: ignore[arg-type]
-        if not updated:
-            sql(
-                workspace,
-                "UPDATE memory_entries SET content = 'second update'"
-                " WHERE content = 'first update'",
-            )
-            updated.append(True)
-        return written
-
-    monkeypatch.setattr(
-        MarkdownMemoryStore, "edit_locked", edit_while_another_program_updates_again
-    )
+    second = "UPDATE memory_entries SET content = 'second update' WHERE content = 'first update'"
+    updated = once_as_the_file_is_written(monkeypatch, lambda: sql(workspace, second), after=True)
     engine.reconcile_agent("coder")
     assert updated == [True]
     assert lines(workspace, "coder") == ["second update"]
