@@ -293,6 +293,8 @@ class SyncEngine:
         again = False
         if look.plan is not None or look.touched:
             again = self._carry_out(agent, store, key, look)
+        if look.plan is not None and look.plan.file_removals:
+            stamp = store.tombstones.stamp()  # with what this pass wrote into them
         self._tombstones_seen[agent] = stamp  # taken in: they changed nothing more
         return again
 

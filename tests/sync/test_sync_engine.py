@@ -559,4 +559,21 @@ def test_a_row_changed_twice_while_a_reconcile_writes_its_first_change_keeps_the
     assert lines(workspace, "coder") == ["second update"]
     assert disagreements(workspace) == []
     assert [e["op"] for e in table.history(engine.db, "coder", 10) if e["op"] == "lost"] == []
-    assert not engine.reconcile_agent("coder").drift  # nothing left to do
+    assert engine.reconcile_agent("coder").status == "unchanged"
+
+
+def test_a_pass_that_writes_tombstones_leaves_nothing_for_the_next(
+    engine: SyncEngine, workspace: Workspace
+) -> None:
+    """A row deleted or updated by another program leaves a tombstone, written by the
+    reconcile that takes it in: the next reconcile finds nothing to do (it read the
+    tombstones' stamp as its own write left them, not as they were before)."""
+    write(workspace, "coder", f"## 归档记忆\n- [{TS}] old\n- [{TS}] other\n")
+    engine.reconcile_all()
+    sql(workspace, "UPDATE memory_entries SET content = 'new' WHERE content = 'old'")
+    assert engine.reconcile_agent("coder").status == "ok"
+    assert engine.reconcile_agent("coder").status == "unchanged"
+    sql(workspace, "DELETE FROM memory_entries WHERE content = 'other'")
+    assert engine.reconcile_agent("coder").status == "ok"
+    assert engine.reconcile_agent("coder").status == "unchanged"
+    assert lines(workspace, "coder") == ["new"]
