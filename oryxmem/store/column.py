@@ -194,6 +194,9 @@ class Prefix(Sequence[E], Generic[E]):
         at = self._column.position(entry_id)
         return at if at is not None and at < self._count else None
 
+    def ids(self) -> Iterator[str]:
+        return map(self._column.entry_id, range(self._count))
+
     def positions(self) -> Mapping[str, int]:
         return Positions(self)
 
@@ -227,8 +230,7 @@ class Positions(Mapping[str, int]):
         return len(self._prefix)
 
     def __iter__(self) -> Iterator[str]:
-        column = self._prefix._column
-        return map(column.entry_id, range(len(self._prefix)))
+        return self._prefix.ids()
 
 
 class EntryLines(Mapping[str, int]):
