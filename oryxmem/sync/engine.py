@@ -59,6 +59,7 @@ class _Look:
     plan: Plan | None = None
     file_entries: list[Entry] = field(default_factory=list)
     touched: bool = False
+    base: list[str] | None = None  # what the plan took as agreed
 
 
 @dataclass
@@ -132,6 +133,12 @@ class SyncEngine:
         # Each agent's TOMBSTONES as its last reconcile read them: one changed since (a
         # pull brought new ones) makes the agent due even when MEMORY.md did not change.
         self._tombstones_seen: dict[str, tuple[int, int, int] | None] = {}
+        # What each agent's file and rows agree on as far as MEMORY.md goes, when a pass
+        # wrote the file and could not commit its plan (the rows moved under it): the
+        # agreed ids less what it took out of the file, plus what it wrote into it from
+        # the rows. The next pass plans on this, so it does not take the lines it wrote
+        # for someone else's (a row deleted or updated meanwhile came back, or lost).
+        self._unagreed: dict[str, list[str]] = {}
 
     # --- which agents -----------------------------------------------------------
 
@@ -331,7 +338,8 @@ class SyncEngine:
         if state is not None:
             look.state = rows.read_state(self.db, agent)  # now the agreed ids too
         look.file_entries = doc.all_entries()
-        look.plan = self._plan(agent, look.file_entries, look.state, key)
+        look.base = self._unagreed.get(agent, look.state.agreed if look.state else None)
+        look.plan = self._plan(agent, look.file_entries, look.state, key, look.base)
         return look
 
     def _carry_out(
@@ -351,6 +359,11 @@ class SyncEngine:
         if plan is not None and plan.changes_file:
             store.edit_locked(plan.file_additions, plan.file_removals, based_on=key)
             written_ns = time.time_ns()  # under the lock, as a save's is
+            taken_out = set(plan.file_removals)
+            self._unagreed[agent] = [
+                *(i for i in look.base or () if i not in taken_out),
+                *(entry.entry_id for entry in plan.file_additions),
+            ]
             if plan.file_removals and key is not None:
                 _tombstone_row_deletes(store, plan, look.file_entries)
             doc, key = store.current_locked()
@@ -368,6 +381,7 @@ class SyncEngine:
             _apply_plan_to_rows(self.db, agent, plan, look.file_entries, written_ns)
             previous = look.state.agreed if look.state is not None else None
             self._save_state(agent, key, sha, plan.agreed, notes, previous, seen)
+        self._unagreed.pop(agent, None)  # agreed, and saved
         return bool(moved)
 
     def _take_stock(
@@ -415,8 +429,10 @@ class SyncEngine:
         file_entries: list[Entry],
         state: rows.SyncState | None,
         key: FileStat | None,
+        agreed: list[str] | None,
     ) -> Plan:
-        """What to change on each side, the entries a stale buffer dropped protected."""
+        """What to change on each side from what both ``agreed`` on, the entries a stale
+        buffer dropped protected."""
         protected = (  # a stale buffer drops lines; a file that is gone was removed
             rows.protected_entries(
                 self.db,
@@ -431,7 +447,7 @@ class SyncEngine:
         return reconcile(
             file_entries,
             number_rows(rows.read_rows(self.db, agent)),
-            state.agreed if state else None,
+            agreed,
             protected,
             self.files.get(agent).tombstones.read(),
         )

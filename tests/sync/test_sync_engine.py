@@ -577,3 +577,25 @@ def test_a_pass_that_writes_tombstones_leaves_nothing_for_the_next(
     assert engine.reconcile_agent("coder").status == "ok"
     assert engine.reconcile_agent("coder").status == "unchanged"
     assert lines(workspace, "coder") == ["new"]
+
+
+def test_a_row_deleted_while_a_reconcile_writes_it_into_the_file_stays_deleted(
+    engine: SyncEngine, workspace: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another program inserts a row while a line is typed into MEMORY.md, and deletes
+    the row while the reconcile writes it into the file. The pass cannot keep its plan
+    (it adds the typed line's row, and the rows moved): the next pass knows the row's
+    line as its own write, so it leaves the file with the row, and the typed line
+    reaches the rows (the soak found the deleted row back, read as a typed line)."""
+    write(workspace, "coder", f"## 归档记忆\n- [{TS}] old\n")
+    engine.reconcile_all()
+    sql(workspace, "INSERT INTO memory_entries(agent, content) VALUES ('coder', 'from sql')")
+    with workspace.memory_path("coder").open("a", encoding="utf-8") as out:
+        out.write(f"- [{TS}] typed\n")
+    delete = "DELETE FROM memory_entries WHERE content = 'from sql'"
+    deleted = once_as_the_file_is_written(monkeypatch, lambda: sql(workspace, delete), after=True)
+    engine.reconcile_agent("coder")
+    assert deleted == [True]
+    assert sorted(lines(workspace, "coder")) == ["old", "typed"]
+    assert disagreements(workspace) == []
+    assert engine.reconcile_agent("coder").status == "unchanged"
