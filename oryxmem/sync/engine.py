@@ -345,8 +345,7 @@ class SyncEngine:
     def _carry_out(
         self, agent: str, store: MarkdownMemoryStore, key: FileStat | None, look: _Look
     ) -> bool:
-        """Apply what was decided: the file first (applied to the file the plan was made
-        from, or refused: git or an editor wrote since it was read), then the rows, their
+        """Apply what was decided: the file first (_write_plan), then the rows, their
         history and the new agreed state in one short write transaction.
 
         If this agent's rows changed after the snapshot, the plan still holds when it
@@ -354,18 +353,11 @@ class SyncEngine:
         came from the rows as they were, and is agreed as of the snapshot (the state keeps
         the snapshot's change, so the next pass takes in what moved, from there; True
         says one is due). Otherwise, ConcurrentChange: the pass runs again from the file
-        as now written, where identity by content finds what was written."""
+        as now written, planning on what this one wrote as agreed."""
         plan, sha, notes, written_ns = look.plan, look.sha, look.notes, None
         if plan is not None and plan.changes_file:
-            store.edit_locked(plan.file_additions, plan.file_removals, based_on=key)
+            self._unagreed[agent] = _write_plan(store, key, look, plan)
             written_ns = time.time_ns()  # under the lock, as a save's is
-            taken_out = set(plan.file_removals)
-            self._unagreed[agent] = [
-                *(i for i in look.base or () if i not in taken_out),
-                *(entry.entry_id for entry in plan.file_additions),
-            ]
-            if plan.file_removals and key is not None:
-                _tombstone_row_deletes(store, plan, look.file_entries)
             doc, key = store.current_locked()
             if key != store.written_key:
                 raise ConcurrentChange(store.path)  # another writer right after
@@ -374,12 +366,12 @@ class SyncEngine:
             moved = rows.rows_changed_since(self.db, agent, look.seen_seq)
             if moved and (plan is None or plan.row_inserts or moved & set(plan.row_deletes)):
                 raise ConcurrentChange(store.path)  # the rows moved under the plan
-            seen = look.seen_seq if moved else None
             if plan is None:  # the same bytes under a new stat: only the state moves
                 self._save_state(agent, key, sha, [], notes, previous=[])
                 return False
             _apply_plan_to_rows(self.db, agent, plan, look.file_entries, written_ns)
             previous = look.state.agreed if look.state is not None else None
+            seen = look.seen_seq if moved else None
             self._save_state(agent, key, sha, plan.agreed, notes, previous, seen)
         self._unagreed.pop(agent, None)  # agreed, and saved
         return bool(moved)
@@ -519,6 +511,21 @@ class SyncEngine:
         report.rows_removed = [str(row_id) for row_id in plan.row_deletes]
         report.lost = [entry.render() for _, entry, _ in plan.lost]
         report.restored = [entry.render() for entry in plan.restored]
+
+
+def _write_plan(
+    store: MarkdownMemoryStore, key: FileStat | None, look: _Look, plan: Plan
+) -> list[str]:
+    """The plan's edits written to MEMORY.md as the plan read it (or ConcurrentChange: git
+    or an editor wrote since). Gives what the file and the rows agree on as far as the
+    file goes, for the next pass if this one cannot commit: what the plan took as agreed
+    less the lines it took out, plus those it wrote from the rows."""
+    store.edit_locked(plan.file_additions, plan.file_removals, based_on=key)
+    if plan.file_removals and key is not None:
+        _tombstone_row_deletes(store, plan, look.file_entries)
+    taken_out = set(plan.file_removals)
+    kept = [entry_id for entry_id in look.base or () if entry_id not in taken_out]
+    return kept + [entry.entry_id for entry in plan.file_additions]
 
 
 def _tombstone_row_deletes(
