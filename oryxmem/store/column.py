@@ -69,8 +69,17 @@ class EntryColumn(Sequence[E], Generic[E]):
 
     def add(self, index: int, key: int) -> None:
         """The next entry: on line ``index``, its key as a number (its copy is counted)."""
+        self._add(index, key, self.count(key))
+
+    def add_id(self, index: int, entry_id: str) -> None:
+        """The next entry, on line ``index``, with this id (one EntryIds made for it)."""
+        parts = split_id(entry_id)
+        if parts is None or parts[1] != self.count(parts[0]):
+            raise ValueError(f"{entry_id!r} is not the id of the next copy of its entry")
+        self._add(index, *parts)
+
+    def _add(self, index: int, key: int, copy: int) -> None:
         position = len(self._keys)
-        copy = self.count(key)
         if copy:
             self._ordinals[position] = copy
             self._copies[(key, copy)] = position
@@ -79,13 +88,6 @@ class EntryColumn(Sequence[E], Generic[E]):
             self._first.set(key, position)
         self._keys.append(key)
         self.at.append(index)
-
-    def add_id(self, index: int, entry_id: str) -> None:
-        """The next entry, on line ``index``, with this id (one EntryIds made for it)."""
-        parts = split_id(entry_id)
-        if parts is None or parts[1] != self.count(parts[0]):
-            raise ValueError(f"{entry_id!r} is not the id of the next copy of its entry")
-        self.add(index, parts[0])
 
     def settle(self) -> None:
         """Sort what was added into the compact map (when enough waits)."""

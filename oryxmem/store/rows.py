@@ -180,16 +180,6 @@ def has_pending_changes(db: Executes, agent: str, since_seq: int) -> bool:
     return row is not None
 
 
-def rows_changed_since(db: Executes, agent: str, since_seq: int) -> set[int]:
-    """The ids of this agent's rows changed after since_seq (moved to or from it too)."""
-    found = db.execute(
-        "SELECT row_id FROM memory_changes WHERE agent = ?1 AND seq > ?2"
-        " UNION SELECT row_id FROM memory_changes WHERE old_agent = ?1 AND seq > ?2",
-        [agent, since_seq],
-    )
-    return {int(row[0]) for row in found}
-
-
 def prune_changes(db: Database) -> int:
     """Forget changes that every agent they name and every derived index have taken in:
     the change log is a queue of hints, not a record (memory_history is that)."""
@@ -444,10 +434,8 @@ def agreed_state(
     sha: str | None,
     agreed: list[str],
     notes: Sequence[tuple[int, str]] = (),
-    seen: int | None = None,
 ) -> SyncState:
-    """The state both sides agree on now: status ok, every change so far taken in (or
-    up to ``seen``: the snapshot the agreement was made in)."""
+    """The state both sides agree on now: status ok, every change so far taken in."""
     return SyncState(
         agent=agent,
         path=path,
@@ -456,7 +444,7 @@ def agreed_state(
         agreed=agreed,
         status="ok",
         detail=None,
-        change_seq=latest_change_seq(db) if seen is None else seen,
+        change_seq=latest_change_seq(db),
         notes=list(notes),
     )
 

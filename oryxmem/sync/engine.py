@@ -262,18 +262,15 @@ class SyncEngine:
                 return self._mark_unusable(agent, "conflicted", detail, dry_run)
             # A check runs in one write transaction, rolled back: it changes nothing.
             checking = write_transaction(self.db) if dry_run else contextlib.nullcontext()
-            again = False
             try:
                 with checking:
-                    again = self._reconcile_locked(agent, store, doc, key, report, dry_run)
+                    self._reconcile_locked(agent, store, doc, key, report, dry_run)
             except _DryRun:
                 pass
         for line in report.lost:
             log.warning("%s: kept in history (the file won): %s", agent or "(global)", line)
         if report.drift:
             log.info("reconciled %s", report.summary())
-        if again:
-            raise ConcurrentChange(store.path)  # what moved meanwhile: the next pass
         return report
 
     def _reconcile_locked(
@@ -284,11 +281,10 @@ class SyncEngine:
         key: FileStat | None,
         report: AgentReport,
         dry_run: bool,
-    ) -> bool:
+    ) -> None:
         """The reconcile proper, under the file's lock. Both sides are read and the plan
         made in one read snapshot; the file is written with no transaction open; the write
-        lock is taken only to apply the plan to the rows and save the state. True: this
-        agent's rows moved after the snapshot, so another pass is due."""
+        lock is taken only to apply the plan to the rows and save the state."""
         self._fix_rows(agent, report, dry_run)
         stamp = store.tombstones.stamp()
         with read_snapshot(self.db):
@@ -297,13 +293,11 @@ class SyncEngine:
             self._describe(report, look.plan, look.file_entries)
         if dry_run:
             raise _DryRun
-        again = False
         if look.plan is not None or look.touched:
-            again = self._carry_out(agent, store, key, look)
+            self._carry_out(agent, store, key, look)
         if look.plan is not None and look.plan.file_removals:
             stamp = store.tombstones.stamp()  # with what this pass wrote into them
         self._tombstones_seen[agent] = stamp  # taken in: they changed nothing more
-        return again
 
     def _fix_rows(self, agent: str, report: AgentReport, dry_run: bool) -> None:
         """The lock-time repairs into history, and the rows no file can hold quarantined:
@@ -344,16 +338,11 @@ class SyncEngine:
 
     def _carry_out(
         self, agent: str, store: MarkdownMemoryStore, key: FileStat | None, look: _Look
-    ) -> bool:
+    ) -> None:
         """Apply what was decided: the file first (_write_plan), then the rows, their
-        history and the new agreed state in one short write transaction.
-
-        If this agent's rows changed after the snapshot, the plan still holds when it
-        adds no rows and deletes none of those that changed: what it wrote into the file
-        came from the rows as they were, and is agreed as of the snapshot (the state keeps
-        the snapshot's change, so the next pass takes in what moved, from there; True
-        says one is due). Otherwise, ConcurrentChange: the pass runs again from the file
-        as now written, planning on what this one wrote as agreed."""
+        history and the new agreed state in one short write transaction. If this agent's
+        rows changed after the snapshot, ConcurrentChange: the pass runs again from the
+        file as now written, planning on what this one wrote as agreed."""
         plan, sha, notes, written_ns = look.plan, look.sha, look.notes, None
         if plan is not None and plan.changes_file:
             self._unagreed[agent] = _write_plan(store, key, look, plan)
@@ -363,18 +352,15 @@ class SyncEngine:
                 raise ConcurrentChange(store.path)  # another writer right after
             sha, notes = doc.lines.sha256(), kept_lines(doc)
         with write_transaction(self.db):
-            moved = rows.rows_changed_since(self.db, agent, look.seen_seq)
-            if moved and (plan is None or plan.row_inserts or moved & set(plan.row_deletes)):
+            if rows.has_pending_changes(self.db, agent, look.seen_seq):
                 raise ConcurrentChange(store.path)  # the rows moved under the plan
             if plan is None:  # the same bytes under a new stat: only the state moves
                 self._save_state(agent, key, sha, [], notes, previous=[])
-                return False
+                return
             _apply_plan_to_rows(self.db, agent, plan, look.file_entries, written_ns)
             previous = look.state.agreed if look.state is not None else None
-            seen = look.seen_seq if moved else None
-            self._save_state(agent, key, sha, plan.agreed, notes, previous, seen)
+            self._save_state(agent, key, sha, plan.agreed, notes, previous)
         self._unagreed.pop(agent, None)  # agreed, and saved
-        return bool(moved)
 
     def _take_stock(
         self,
@@ -470,12 +456,10 @@ class SyncEngine:
         agreed: list[str],
         notes: Sequence[tuple[int, str]],
         previous: list[str] | None = None,
-        seen: int | None = None,
     ) -> None:
-        """The new agreed state; with ``previous`` only the ids that differ are written;
-        ``seen``: the last change it takes in (None: every change so far)."""
+        """The new agreed state; with ``previous`` only the ids that differ are written."""
         path = str(self.workspace.memory_path(agent))
-        state = rows.agreed_state(self.db, agent, path, key, sha, agreed, notes, seen)
+        state = rows.agreed_state(self.db, agent, path, key, sha, agreed, notes)
         rows.write_state(self.db, state, previous)
 
     def _mark_unusable(self, agent: str, status: str, detail: str, dry_run: bool) -> AgentReport:
