@@ -88,6 +88,19 @@ class Reach:
         except DaemonUnavailableError:
             return None
 
+    def ask_daemon(self, remote: Callable[[Client], T]) -> tuple[T] | None:
+        """The daemon's answer (alone in a tuple) when one runs; None when none answers, and
+        the call must go without it."""
+        client = self.client()
+        if client is None:
+            return None
+        try:
+            return (remote(client),)
+        except DaemonUnavailableError:
+            client.close()
+            self._client = None  # a stale socket: the daemon is gone
+            return None
+
     def call(
         self,
         remote: Callable[[Client], T],
@@ -97,13 +110,9 @@ class Reach:
     ) -> T:
         """Ask the daemon when it runs; use the stores directly (same locks) when not, and
         then, for a call that ``needs_model``, start a daemon for the next ones."""
-        client = self.client()
-        if client is not None:
-            try:
-                return remote(client)
-            except DaemonUnavailableError:
-                client.close()
-                self._client = None  # a stale socket: the daemon is gone
+        answered = self.ask_daemon(remote)
+        if answered is not None:
+            return answered[0]
         if needs_model and self.start_daemon():
             self.service.shared.embeds_in_search = False  # the daemon will embed them
         return local(self.service)

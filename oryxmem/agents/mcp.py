@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
+import anyio
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
@@ -74,27 +74,38 @@ def tool_error(error: OryxError) -> ToolError:
 
 
 class MemoryTools:
-    """The four tools, for one agent, over a Reach (daemon or stores). Calls may come
-    on several threads at once: one at a time goes through the Reach."""
+    """The four tools, for one agent, over a Reach (daemon or stores). A host may send
+    calls at once: one at a time goes through the Reach.
+
+    The daemon's answer is awaited on the event loop itself: it comes over a local
+    socket in a few milliseconds, and handing the call to a worker thread and back
+    cost about a third of what the SDK's stdio adds to it. A call the daemon does not
+    answer (none runs: the stores directly, perhaps the model) runs on a worker
+    thread, so the loop keeps reading the host meanwhile."""
 
     def __init__(self, reach: Reach, agent: str | None) -> None:
         self.reach = reach
         self.agent = agent
-        self._lock = threading.Lock()
+        self._turn = anyio.Lock()
 
-    def _call(
+    async def _call(
         self,
         remote: Callable[[Client], T],
         local: Callable[[MemoryService], T],
         needs_model: bool = True,
     ) -> T:
-        try:
-            with self._lock:
-                return self.reach.call(remote, local, needs_model=needs_model)
-        except OryxError as error:
-            raise tool_error(error) from None
+        async with self._turn:
+            try:
+                answered = self.reach.ask_daemon(remote)
+                if answered is not None:
+                    return answered[0]
+                return await anyio.to_thread.run_sync(
+                    lambda: self.reach.call(remote, local, needs_model=needs_model)
+                )
+            except OryxError as error:
+                raise tool_error(error) from None
 
-    def _tool(self, tool: str, body: dict[str, Any]) -> dict[str, Any]:
+    def _tool(self, tool: str, body: dict[str, Any]) -> Awaitable[dict[str, Any]]:
         from oryxmem.tools import ToolCall, run_tool  # only without a daemon
 
         def remote(client: Client) -> dict[str, Any]:
@@ -110,29 +121,29 @@ class MemoryTools:
     def where(self, data: dict[str, Any]) -> str:
         return f"agent {data['agent']!r}" if data.get("agent") else "the global memory"
 
-    def save_memory(self, content: str, scope: str = "archival") -> str:
+    async def save_memory(self, content: str, scope: str = "archival") -> str:
         try:
             self.reach.check_content(content)  # the tool's own argument, before it is sent
         except OryxError as error:
             raise tool_error(error) from None
-        data = self._tool("save_memory", {"content": content, "scope": scope})
+        data = await self._tool("save_memory", {"content": content, "scope": scope})
         verb = "Kept for" if data.get("deferred") else "Saved to"
         return f"{verb} {self.where(data)} ({scope}): {data['entry']['line']}"
 
-    def forget_memory(self, memory: str) -> str:
+    async def forget_memory(self, memory: str) -> str:
         """Forget every entry that says exactly ``memory`` (as a tool result showed it)."""
         from oryxmem.payloads import forgotten_data, memory_data
 
         wanted = memory.strip()
         if wanted.startswith("- ["):  # the whole line, as recall shows it
             wanted = wanted.partition("] ")[2].strip()
-        shown = self._call(
+        shown = await self._call(
             lambda c: c.memory(self.agent), lambda s: memory_data(s.get(self.agent)), False
         )
         ids = [e["id"] for e in shown["core"] + shown["archival"] if e["content"] == wanted]
         if not ids:
             raise ToolError(f"No memory of {self.where(shown)} says exactly {wanted!r}.")
-        data = self._call(
+        data = await self._call(
             lambda c: c.forget(self.agent, ids),
             lambda s: forgotten_data(
                 s.forget(self.agent, ids, source="mcp"), s.resolve(self.agent)
@@ -142,13 +153,13 @@ class MemoryTools:
         lines = [entry["line"] for entry in data["forgotten"]]
         return f"Forgot from {self.where(data)}:\n" + "\n".join(lines)
 
-    def recall_memory(self, keyword: str, offset: int = 0) -> str:
-        data = self._tool("recall_memory", {"keyword": keyword})
+    async def recall_memory(self, keyword: str, offset: int = 0) -> str:
+        data = await self._tool("recall_memory", {"keyword": keyword})
         lines = list(data["lines"])
         empty = f"No memory of {self.where(data)} matches {keyword!r}."
         return page(lines, offset, "recall_memory", empty)
 
-    def search_memory(self, query: str, limit: int = 10, offset: int = 0) -> str:
+    async def search_memory(self, query: str, limit: int = 10, offset: int = 0) -> str:
         if not 1 <= limit <= MAX_RESULTS:
             raise ToolError(f"limit must be from 1 to {MAX_RESULTS}")
         want = min(offset + limit, MAX_RESULTS)
@@ -158,14 +169,14 @@ class MemoryTools:
 
             return search_data(service.search(self.agent, query, limit=want))
 
-        data = self._call(lambda c: c.search(self.agent, query, want), local)
+        data = await self._call(lambda c: c.search(self.agent, query, want), local)
         lines = [f"{hit['line']}  ({'+'.join(hit['arms'])})" for hit in data["hits"]]
         text = page(lines, offset, "search_memory", f"Nothing in {self.where(data)} matches.")
         if data.get("note"):
             text += f"\n({data['note']})"
         return text
 
-    def memory_block(self, offset: int = 0, query: str = "") -> str:
+    async def memory_block(self, offset: int = 0, query: str = "") -> str:
         asked = query.strip() or None
 
         def local(service: MemoryService) -> dict[str, Any]:
@@ -173,7 +184,7 @@ class MemoryTools:
 
             return context_data(service, self.agent, query=asked)
 
-        data = self._call(lambda c: c.context(self.agent, query=asked), local)
+        data = await self._call(lambda c: c.context(self.agent, query=asked), local)
         return page(str(data["context"]).splitlines(), offset, "memory_block", "(empty)")
 
 
@@ -186,7 +197,7 @@ def build_server(tools: MemoryTools) -> MCPServer:
     server: MCPServer = MCPServer(
         "oryxmem", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING"
     )
-    Tool = Callable[..., str]
+    Tool = Callable[..., Awaitable[str]]
 
     def tool(notes: ToolAnnotations) -> Callable[[Tool], Tool]:
         """A tool described by its docstring; text for the model (no {"result": ...})."""
@@ -220,7 +231,7 @@ def build_server(tools: MemoryTools) -> MCPServer:
             open_world_hint=False,
         ),
     )
-    def save_memory(
+    async def save_memory(
         content: Annotated[str, Field(description="The memory: one self-contained sentence.")],
         scope: Annotated[
             Literal["archival", "core"],
@@ -231,10 +242,10 @@ def build_server(tools: MemoryTools) -> MCPServer:
         user, a decision, a fact about the project, what you did. Saved at once, durably,
         to MEMORY.md, with the time. Core is for facts that always matter (the user's
         name, the project's language); the rest is archival."""
-        return tools.save_memory(content, scope)
+        return await tools.save_memory(content, scope)
 
     @reading("Recall by keyword")
-    def recall_memory(
+    async def recall_memory(
         keyword: Annotated[str, Field(description="A word or phrase the memory holds.")],
         offset: Annotated[int, Field(description="Skip this many lines (for more).")] = 0,
     ) -> str:
@@ -242,10 +253,10 @@ def build_server(tools: MemoryTools) -> MCPServer:
         time; as the workspace's memory.recall says, also those close to it in meaning
         (hybrid, the default) or only exact matches, oldest first (keyword). To ask a
         question in plain words, use search_memory."""
-        return tools.recall_memory(keyword, offset)
+        return await tools.recall_memory(keyword, offset)
 
     @reading("Search by meaning")
-    def search_memory(
+    async def search_memory(
         query: Annotated[str, Field(description="A question or words, in plain language.")],
         limit: Annotated[int, Field(description="How many memories (1-100).")] = 10,
         offset: Annotated[int, Field(description="Skip this many results (for more).")] = 0,
@@ -253,10 +264,10 @@ def build_server(tools: MemoryTools) -> MCPServer:
         """The memories that best answer a question, by meaning and by words: 'what does
         the user drink' finds 'likes tea'. Best first, each with its time and how it was
         found."""
-        return tools.search_memory(query, limit, offset)
+        return await tools.search_memory(query, limit, offset)
 
     @reading("Memory block")
-    def memory_block(
+    async def memory_block(
         offset: Annotated[int, Field(description="Skip this many lines (for more).")] = 0,
         query: Annotated[
             str,
@@ -270,7 +281,7 @@ def build_server(tools: MemoryTools) -> MCPServer:
         most recent archival ones (with a query, also the most relevant ones, a digest
         of the older ones and relevant rounds of past sessions). Read it at the start of
         a task."""
-        return tools.memory_block(offset, query)
+        return await tools.memory_block(offset, query)
 
     if tools.reach.config().get("mcp.allow_forget"):
 
@@ -283,14 +294,14 @@ def build_server(tools: MemoryTools) -> MCPServer:
                 open_world_hint=False,
             ),
         )
-        def forget_memory(
+        async def forget_memory(
             memory: Annotated[
                 str, Field(description="The memory's text, exactly as a tool showed it.")
             ],
         ) -> str:
             """Forget a memory that is wrong or that the user asked you to forget: every
             entry saying exactly this text is taken out of memory for good."""
-            return tools.forget_memory(memory)
+            return await tools.forget_memory(memory)
 
     return server
 
