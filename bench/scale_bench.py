@@ -13,7 +13,7 @@ point at). Then, through a real daemon on a real socket:
 - the daemon's RSS with the model loaded and the agent's vectors in memory.
 
 Recall quality is bench/recall_quality.py's (the dev set's conversations are small:
-the same code scores them, rescored from the stored vectors; docs/search.md).
+the same code scores them, from the same int8 codes; docs/search.md).
 
 Run: python -m bench.scale_bench [--scale-sizes 10000,100000,1000000] [--json]
 """

@@ -48,7 +48,7 @@ def faiss_module() -> Any:
     from the rest of the daemon.
 
     The BLAS libraries loaded by then (numpy's, faiss's) are held to one thread as well:
-    the products a search does (200 rescored rows times the query) are too small to
+    the products a search does (the sample's rows times the query) are too small to
     split, and the pool's threads, spinning after each, took the processor from the
     model's: at 10,000 entries a search took 13.5 ms p50, 8.6 ms with one thread.
 
