@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -302,6 +303,66 @@ def test_a_server_started_before_the_daemon_finds_it_on_the_next_call(
         workspace, "SELECT content, source FROM memory_history WHERE agent = 'late' ORDER BY id"
     ).split()
     assert sources == ["saved", "alone|mcp", "saved", "through", "the", "daemon|socket"]
+
+
+def test_a_call_without_the_daemon_runs_beside_the_loop_which_answers_the_host_meanwhile(
+    workspace: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A call the daemon does not answer goes to the stores on a worker thread: while it
+    waits, the server still answers the host (it lists its tools). Were it run on the
+    event loop, the listing would wait for it, and it waits for the listing: it would
+    time out."""
+    monkeypatch.setenv("ORYXMEM_NO_DAEMON", "1")
+    order: list[str] = []
+    listed = threading.Event()
+    reach = Reach(str(workspace.root), recheck=True)
+    stores = reach.call
+
+    def after_the_listing(*args: Any, **kwargs: Any) -> Any:
+        order.append("call sees the listing" if listed.wait(10) else "call timed out")
+        return stores(*args, **kwargs)
+
+    reach.call = after_the_listing  # type: ignore[method-assign]
+
+    async def main() -> str:
+        async with Client(build_server(MemoryTools(reach, "coder"))) as client:
+            found: dict[str, Any] = {}
+
+            async def block() -> None:
+                found["block"] = await client.call_tool("memory_block", {})
+
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(block)
+                await anyio.sleep(0.05)
+                assert {tool.name for tool in (await client.list_tools()).tools} >= TOOLS
+                order.append("tools listed")
+                listed.set()
+            return text_of(found["block"])
+
+    try:
+        assert anyio.run(main).split() == ["##", "核心记忆", "##", "归档记忆"]
+    finally:
+        reach.close()
+    assert order == ["tools listed", "call sees the listing"]
+
+
+def test_a_daemon_gone_between_calls_leaves_the_next_to_the_stores(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    """The call after the daemon stopped finds its socket dead and is answered by the
+    stores (history says mcp), in the same server."""
+
+    async def through_then_alone(client: Client) -> None:
+        with daemon(workspace, tmp_path / "d.log"):
+            await client.call_tool("save_memory", {"content": "saved through the daemon"})
+        result = await client.call_tool("save_memory", {"content": "saved alone after"})
+        assert not result.is_error, text_of(result)
+
+    in_process(workspace, "gone", through_then_alone)
+    sources = sql(
+        workspace, "SELECT content, source FROM memory_history WHERE agent = 'gone' ORDER BY id"
+    ).splitlines()
+    assert sources == ["saved through the daemon|socket", "saved alone after|mcp"]
 
 
 def test_a_long_lived_server_checks_content_against_the_config_as_it_is_now(
