@@ -26,6 +26,9 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -47,9 +50,10 @@ class WordsArm(Protocol):
 class MeaningArm(Protocol):
     """An index that scores rows by meaning (registry: arm "meaning"; vectors.py's)."""
 
-    def scores(self, db: Executes, agent: str, query: str, limit: int) -> Scores:
-        """The limit best rows' similarity to the query, the least of all, and how many
-        rows it could not score."""
+    def scorer(self, db: Executes, agent: str) -> Callable[[str, int], Scores]:
+        """What scoring asks of the database, read now; the rest as a function of the
+        query and the limit that asks it nothing: the limit best rows' similarity to the
+        query, the least of all, and how many rows it could not score."""
         ...
 
 
@@ -109,12 +113,18 @@ def rank(
         mode = "keyword"
     keyword_scores: dict[int, float] = {}
     own: set[int] = set()  # found by their own words, not only by the entries before them
+    # Hybrid: the query's embedding and the scan (no database, the GIL let go) run on a
+    # thread of their own while the keyword arm asks SQLite: on two cores a search at
+    # 100,000 entries waits for the longer of the two, not for both.
+    meaning = None
+    if vectors is not None and mode == "hybrid":
+        meaning = _beside().submit(vectors.scorer(db, agent), query, POOL)
     if mode in ("hybrid", "keyword"):
         keyword_scores, own = _keyword_arm(db, agent, query, keyword)
     semantic_scores: dict[int, tuple[float, float]] = {}  # row -> (scaled, cosine)
     unembedded = 0
     if vectors is not None and mode in ("hybrid", "semantic"):
-        found = vectors.scores(db, agent, query, POOL)
+        found = meaning.result() if meaning is not None else vectors.scorer(db, agent)(query, POOL)
         semantic_scores = normalised_top(found.row_ids, found.similarity, POOL, found.lowest)
         unembedded = found.unembedded
     candidates = keyword_scores.keys() | semantic_scores.keys()
@@ -145,6 +155,20 @@ def rank(
         for score, row_id, arms in best
     ]
     return Ranking(ranked, unembedded)
+
+
+_BESIDE: list[ThreadPoolExecutor] = []
+_BESIDE_LOCK = threading.Lock()
+
+
+def _beside() -> ThreadPoolExecutor:
+    """The threads the semantic arm scores on beside the keyword arm (made on first use:
+    a process that never searches by meaning has none). Two: the daemon searches on two
+    reader threads."""
+    with _BESIDE_LOCK:
+        if not _BESIDE:
+            _BESIDE.append(ThreadPoolExecutor(2, thread_name_prefix="oryxmem-meaning"))
+        return _BESIDE[0]
 
 
 def _keyword_arm(

@@ -199,6 +199,7 @@ class PackedVectors:
         scores (about their cosine), best first."""
         if not self.count or count <= 0:
             return np.zeros(0, np.int64), np.zeros(0, np.float32)
+        faiss_module()  # this thread's limits (a search may scan on a thread of its own)
         skip = set(self.positions(leave_out).tolist())
         wanted = min(count, self.count - len(skip))
         asked = min(self.used, wanted + len(skip) + 16)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import sys
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -72,6 +72,10 @@ class Scores:
     similarity: npt.NDArray[np.float32]
     unembedded: int
     lowest: float | None = None
+
+
+def _no_scores(unembedded: int) -> Scores:
+    return Scores(np.zeros(0, np.int64), np.zeros(0, np.float32), unembedded)
 
 
 class _Matrices:
@@ -270,14 +274,21 @@ class VectorIndex(DerivedIndex):
         return copy
 
     def scores(self, db: Executes, agent: str, query: str, limit: int) -> Scores:
-        """The limit rows of the agent most similar to the query, among its embedded rows
-        and the rows it changed that the indexer has not embedded yet when they are no
-        more than FRESH_ROWS (those are embedded here, and their older vectors, if any,
-        left out): a search right after a save finds it by meaning, and one during a
-        backlog embeds nothing."""
-        empty = Scores(np.zeros(0, np.int64), np.zeros(0, np.float32), 0)
+        """The limit rows of the agent most similar to the query (see ``scorer``)."""
+        return self.scorer(db, agent)(query, limit)
+
+    def scorer(self, db: Executes, agent: str) -> Callable[[str, int], Scores]:
+        """What a search by meaning asks of the database, read now on the caller's
+        connection, and the rest as a function of the query that asks the database
+        nothing (the query's embedding and the scan of the codes), so it may run on
+        another thread meanwhile. It scores the agent's embedded rows, and the rows it
+        changed that the indexer has not embedded yet when they are no more than
+        FRESH_ROWS (those are embedded there, and their older vectors, if any, left
+        out): a search right after a save finds it by meaning, and one during a backlog
+        embeds nothing."""
         if built_state(db, self) is None:  # not built here yet
-            return Scores(empty.row_ids, empty.similarity, pending(db, self, agent) or 0)
+            unbuilt = pending(db, self, agent) or 0
+            return lambda query, limit: _no_scores(unbuilt)
         waiting = pending(db, self, agent) or 0
         fresh_ids = newest_changed(db, self, agent, FRESH_ROWS) if waiting <= FRESH_ROWS else []
         unembedded = max(0, waiting - len(fresh_ids))
@@ -287,23 +298,27 @@ class VectorIndex(DerivedIndex):
             copy = self._current(db, agent)
             nothing = not copy.count and not fresh
         if nothing:
-            return Scores(empty.row_ids, empty.similarity, unembedded)
-        vector = self.embedder.query_vector(query)  # with no lock held: 2 to 4 ms
-        with matrices.lock:  # (another thread may take rows into the copy meanwhile)
-            # The codes' scores as they are: within about 0.01 of the cosine (packed.py).
-            # Reading the candidates' float16 vectors back to rescore them changed
-            # nothing on the dev set (hybrid R@1/5/10 the same to the third place) and
-            # cost a third of a search at 1,000 entries.
-            row_ids, similarity = copy.best(vector, limit, fresh_ids)
-            lowest = copy.lowest(vector, fresh_ids)
-        if fresh:
-            vectors = self.embedder.embed([r.content for r in fresh], "passage")
-            row_ids = np.concatenate([row_ids, np.array([r.row_id for r in fresh], np.int64)])
-            similarity = np.concatenate([similarity, (vectors @ vector).astype(np.float32)])
-        if len(similarity):
-            least = float(similarity.min())
-            lowest = least if lowest is None else min(lowest, least)
-        return Scores(row_ids, similarity, unembedded, lowest)
+            return lambda query, limit: _no_scores(unembedded)
+
+        def score(query: str, limit: int) -> Scores:
+            vector = self.embedder.query_vector(query)  # with no lock held: 2 to 4 ms
+            with matrices.lock:  # (another thread may take rows into the copy meanwhile)
+                # The codes' scores as they are: within about 0.01 of the cosine
+                # (packed.py). Reading the candidates' float16 vectors back to rescore
+                # them changed nothing on the dev set (hybrid R@1/5/10 the same to the
+                # third place) and cost a third of a search at 1,000 entries.
+                row_ids, similarity = copy.best(vector, limit, fresh_ids)
+                lowest = copy.lowest(vector, fresh_ids)
+            if fresh:
+                vectors = self.embedder.embed([r.content for r in fresh], "passage")
+                row_ids = np.concatenate([row_ids, np.array([r.row_id for r in fresh], np.int64)])
+                similarity = np.concatenate([similarity, (vectors @ vector).astype(np.float32)])
+            if len(similarity):
+                least = float(similarity.min())
+                lowest = least if lowest is None else min(lowest, least)
+            return Scores(row_ids, similarity, unembedded, lowest)
+
+        return score
 
     def search(self, db: Executes, agent: str, query: str, limit: int | None) -> list[Hit]:
         found = self.scores(db, agent, query, sys.maxsize if limit is None else limit)
