@@ -18,6 +18,7 @@ import hashlib
 import os
 import threading
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -49,6 +50,16 @@ MAX_TOKENS = 256
 # text at most while a backlog is embedded.
 _LOADED: list[tuple[Any, Any, set[str]]] = []  # (session, tokenizer, input names), once
 _LOADED_LOCK = threading.Lock()
+_HELPERS = threading.local()  # each thread's helper for texts run side by side
+
+
+def _helper() -> ThreadPoolExecutor:
+    """This thread's helper thread (made on its first use, by this thread)."""
+    helper: ThreadPoolExecutor | None = getattr(_HELPERS, "pool", None)
+    if helper is None:
+        helper = ThreadPoolExecutor(1, thread_name_prefix="oryxmem-embed")
+        _HELPERS.pool = helper
+    return helper
 
 
 def _sha256(path: Path) -> str:
@@ -134,10 +145,29 @@ class MiniLM(Embedder):
         if self._session is None:
             self._load()
         out = np.zeros((len(texts), 384), dtype=np.float32)
-        for at, text in enumerate(texts):
-            out[at] = self._run(text)
-        if len(texts) > 1:
-            give_back_freed_memory()
+        if len(texts) < 2:
+            for at, text in enumerate(texts):
+                out[at] = self._run(text)
+            return out
+        # Two texts run side by side, each alone (see above): this thread and a helper of
+        # its own take the next text in turn. The helper is made by the thread it helps,
+        # so it runs at that thread's priority: the daemon's indexer (nice 10) and its
+        # helper give way to saves and searches.
+        turns = iter(range(len(texts)))
+        taking = threading.Lock()
+
+        def take_turns() -> None:
+            while True:
+                with taking:
+                    at = next(turns, None)
+                if at is None:
+                    return
+                out[at] = self._run(texts[at])
+
+        helped = _helper().submit(take_turns)
+        take_turns()
+        helped.result()
+        give_back_freed_memory()
         return out
 
     def _run(self, text: str) -> npt.NDArray[np.float32]:

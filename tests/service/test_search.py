@@ -5,10 +5,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 from support.daemon import RunningDaemon, daemon
 from support.embed_server import embeddings_server
@@ -545,3 +549,36 @@ def test_the_vendored_model_is_checked_before_it_is_loaded(
     embedder = minilm.MiniLM(Config.load(workspace.config_path))
     with pytest.raises(EmbedderUnavailableError, match=r"the MiniLM model .* not the expected"):
         embedder.embed(["likes tea"], "passage")
+
+
+def test_texts_embedded_side_by_side_are_each_what_it_is_alone_at_the_callers_priority(
+    workspace: Workspace,
+) -> None:
+    """Many texts run on the calling thread and a helper of its own, in turn: each comes
+    out exactly as it does alone, in its place, and the helper runs at the priority of
+    the thread it helps (the daemon's indexer runs at nice 10)."""
+    from oryxmem.embed import minilm
+
+    embedder = minilm.MiniLM(Config.load(workspace.config_path))
+    texts = [f"note {i}: the user likes {'green ' * (i % 7)}tea" for i in range(40)]
+    ran_on: list[tuple[int, int]] = []  # (thread, its niceness) of each text
+    original = embedder._run
+
+    def noting(text: str) -> Any:
+        thread = threading.get_native_id()
+        ran_on.append((thread, os.getpriority(os.PRIO_PROCESS, thread)))
+        return original(text)
+
+    def embed_lowered() -> Any:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 5)
+        return embedder.embed(texts, "passage")
+
+    with ThreadPoolExecutor(1) as lowered:  # a thread of its own, as the indexer is
+        embedder._run = noting  # type: ignore[method-assign]
+        together = lowered.submit(embed_lowered).result()
+        embedder._run = original  # type: ignore[method-assign]
+    alone = np.stack([embedder.embed([text], "passage")[0] for text in texts])
+    assert np.array_equal(together, alone)
+    assert len(ran_on) == len(texts)
+    assert {nice for _, nice in ran_on} == {5}
+    assert len({thread for thread, _ in ran_on}) == 2  # the caller and its helper
