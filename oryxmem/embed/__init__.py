@@ -43,6 +43,11 @@ class Embedder(ABC):
         """Vectors for texts: a question to search with (``query``) or a memory to be
         found (``passage``); models trained with prefixes for each apply them here."""
 
+    def embed_backlog(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        """embed(texts, "passage") for a backlog no one waits on (the indexer's steps): an
+        embedder may spread it over a core nothing else is using."""
+        return self.embed(texts, "passage")
+
     def query_vector(self, query: str) -> npt.NDArray[np.float32]:
         """embed([query], "query")[0], remembered for the last QUERY_CACHE queries: a prompt
         built for a message searches the memories and the episodes with the same one."""

@@ -200,7 +200,7 @@ class VectorIndex(DerivedIndex):
         todo = {text_key(r.content): r.content for r in rows}
         todo = {k: t for k, t in todo.items() if k not in self._prepared}
         if todo:
-            vectors = self.embedder.embed(list(todo.values()), "passage")
+            vectors = self.embedder.embed_backlog(list(todo.values()))
             self._prepared.update(zip(todo, vectors, strict=True))
 
     def add(self, db: Database, rows: Sequence[IndexRow]) -> None:

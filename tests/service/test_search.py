@@ -551,27 +551,27 @@ def test_the_vendored_model_is_checked_before_it_is_loaded(
         embedder.embed(["likes tea"], "passage")
 
 
-def test_texts_embedded_side_by_side_are_each_what_it_is_alone_at_the_callers_priority(
+def test_a_backlog_is_embedded_side_by_side_each_text_as_alone_at_the_callers_priority(
     workspace: Workspace,
 ) -> None:
-    """Many texts run on the calling thread and a helper of its own, in turn: each comes
-    out exactly as it does alone, in its place, and the helper runs at the priority of
-    the thread it helps (the daemon's indexer runs at nice 10)."""
+    """A backlog's texts run on the calling thread and a helper of its own, in turn: each
+    comes out exactly as it does alone, in its place, and the helper runs at the
+    caller's priority (the daemon's indexer runs at nice 10)."""
     from oryxmem.embed import minilm
 
     embedder = minilm.MiniLM(Config.load(workspace.config_path))
     texts = [f"note {i}: the user likes {'green ' * (i % 7)}tea" for i in range(40)]
-    ran_on: list[tuple[int, int]] = []  # (thread, its niceness) of each text
+    ran_on: list[tuple[int, int, int]] = []  # (thread, its niceness, the text's place)
     original = embedder._run
 
     def noting(text: str) -> Any:
         thread = threading.get_native_id()
-        ran_on.append((thread, os.getpriority(os.PRIO_PROCESS, thread)))
+        ran_on.append((thread, os.getpriority(os.PRIO_PROCESS, thread), texts.index(text)))
         return original(text)
 
     def embed_lowered() -> Any:
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 5)
-        return embedder.embed(texts, "passage")
+        return embedder.embed_backlog(texts)
 
     with ThreadPoolExecutor(1) as lowered:  # a thread of its own, as the indexer is
         embedder._run = noting  # type: ignore[method-assign]
@@ -579,6 +579,6 @@ def test_texts_embedded_side_by_side_are_each_what_it_is_alone_at_the_callers_pr
         embedder._run = original  # type: ignore[method-assign]
     alone = np.stack([embedder.embed([text], "passage")[0] for text in texts])
     assert np.array_equal(together, alone)
-    assert len(ran_on) == len(texts)
-    assert {nice for _, nice in ran_on} == {5}
-    assert len({thread for thread, _ in ran_on}) == 2  # the caller and its helper
+    assert sorted(place for _, _, place in ran_on) == list(range(len(texts)))
+    assert {nice for _, nice, _ in ran_on} == {5}
+    assert len({thread for thread, _, _ in ran_on}) == 2  # the caller and its helper
