@@ -27,7 +27,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Protocol
@@ -119,16 +119,19 @@ def rank(
     meaning = None
     if vectors is not None and mode == "hybrid":
         meaning = _beside().submit(vectors.scorer(db, agent), query, POOL)
+    exact: set[int] = set()
     if mode in ("hybrid", "keyword"):
         keyword_scores, own = _keyword_arm(db, agent, query, keyword)
+        exact = _holding_whole(db, query, keyword_scores.keys())  # (the meaning arm runs)
     semantic_scores: dict[int, tuple[float, float]] = {}  # row -> (scaled, cosine)
     unembedded = 0
     if vectors is not None and mode in ("hybrid", "semantic"):
         found = meaning.result() if meaning is not None else vectors.scorer(db, agent)(query, POOL)
         semantic_scores = normalised_top(found.row_ids, found.similarity, POOL, found.lowest)
         unembedded = found.unembedded
+    if mode == "hybrid":
+        exact |= _holding_whole(db, query, semantic_scores.keys() - keyword_scores.keys())
     candidates = keyword_scores.keys() | semantic_scores.keys()
-    exact = _holding_whole(db, query, candidates) if mode != "semantic" else set()
     keyword_weight, semantic_weight = {
         "hybrid": (KEYWORD_WEIGHT, SEMANTIC_WEIGHT),
         "keyword": (1.0, 0.0),
@@ -181,7 +184,7 @@ def _keyword_arm(
     return scores, {hit.row_id for hit, by_own_words in hits if by_own_words}
 
 
-def _holding_whole(db: Executes, query: str, candidates: set[int]) -> set[int]:
+def _holding_whole(db: Executes, query: str, candidates: Collection[int]) -> set[int]:
     """The candidates whose content holds the whole query (casefolded). An entry that does
     holds all its words, so the arms brought it: there is nowhere else to look."""
     folded = query.strip().casefold()

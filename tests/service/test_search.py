@@ -118,6 +118,17 @@ def test_the_whole_query_held_by_an_entry_comes_first(service: MemoryService) ->
     assert "exact" in service.search("coder", "during the storm").hits[0].arms
 
 
+def test_the_whole_query_inside_a_word_is_found_by_meaning_and_still_comes_first(
+    service: MemoryService,
+) -> None:
+    """'ploy' is no word of 'we deploy on fridays' (the words arm does not bring it), but
+    the entry holds it: the meaning arm brings it, and it is checked as well."""
+    service.save("coder", "we deploy on fridays")
+    first = service.search("coder", "ploy").hits[0]
+    assert first.entry.content == "we deploy on fridays"
+    assert first.arms == ("exact", "semantic")
+
+
 def test_scores_are_from_0_to_1_and_nothing_scored_0_is_a_hit(service: MemoryService) -> None:
     service.save("coder", "typed during the storm")
     for mode in MODES:
