@@ -273,10 +273,6 @@ class VectorIndex(DerivedIndex):
             give_back_freed_memory()  # the pieces read
         return copy
 
-    def scores(self, db: Executes, agent: str, query: str, limit: int) -> Scores:
-        """The limit rows of the agent most similar to the query (see ``scorer``)."""
-        return self.scorer(db, agent)(query, limit)
-
     def scorer(self, db: Executes, agent: str) -> Callable[[str, int], Scores]:
         """What a search by meaning asks of the database, read now on the caller's
         connection, and the rest as a function of the query that asks the database
@@ -321,7 +317,7 @@ class VectorIndex(DerivedIndex):
         return score
 
     def search(self, db: Executes, agent: str, query: str, limit: int | None) -> list[Hit]:
-        found = self.scores(db, agent, query, sys.maxsize if limit is None else limit)
+        found = self.scorer(db, agent)(query, sys.maxsize if limit is None else limit)
         row_ids, similarity = found.row_ids, found.similarity
         if not len(row_ids):
             return []
