@@ -51,6 +51,9 @@ MAX_TOKENS = 256
 _LOADED: list[tuple[Any, Any, set[str]]] = []  # (session, tokenizer, input names), once
 _LOADED_LOCK = threading.Lock()
 _HELPERS = threading.local()  # each thread's helper for a backlog's texts
+# Fewer texts than this (the daemon's usual trickle of saves) run on the calling thread
+# alone: the second core stays with the saves and searches of the moment.
+SIDE_BY_SIDE_TEXTS = 32
 
 
 def _helper() -> ThreadPoolExecutor:
@@ -162,7 +165,7 @@ class MiniLM(Embedder):
         waited for a core, and the saves waited for it: 2.0 to 2.5 ms."""
         import numpy as np
 
-        if len(texts) < 2:
+        if len(texts) < SIDE_BY_SIDE_TEXTS:
             return self.embed(texts, "passage")
         if self._session is None:
             self._load()

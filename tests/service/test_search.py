@@ -571,7 +571,10 @@ def test_a_backlog_is_embedded_side_by_side_each_text_as_alone_at_the_callers_pr
     from oryxmem.embed import minilm
 
     embedder = minilm.MiniLM(Config.load(workspace.config_path))
-    texts = [f"note {i}: the user likes {'green ' * (i % 7)}tea" for i in range(40)]
+    texts = [
+        f"note {i}: the user likes {'green ' * (i % 7)}tea"
+        for i in range(minilm.SIDE_BY_SIDE_TEXTS + 8)
+    ]
     ran_on: list[tuple[int, int, int]] = []  # (thread, its niceness, the text's place)
     original = embedder._run
 
