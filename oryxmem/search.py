@@ -26,12 +26,11 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import threading
 from collections.abc import Callable, Collection
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Protocol
 
+from oryxmem.helper import own_helper
 from oryxmem.index import Hit
 from oryxmem.index.vectors import Scores, normalised_top
 from oryxmem.store.db import Executes, select_in
@@ -113,12 +112,12 @@ def rank(
         mode = "keyword"
     keyword_scores: dict[int, float] = {}
     own: set[int] = set()  # found by their own words, not only by the entries before them
-    # Hybrid: the query's embedding and the scan (no database, the GIL let go) run on a
-    # thread of their own while the keyword arm asks SQLite: on two cores a search at
+    # Hybrid: the query's embedding and the scan (no database, the GIL let go) run on the
+    # caller's helper thread while the keyword arm asks SQLite: on two cores a search at
     # 100,000 entries waits for the longer of the two, not for both.
     meaning = None
     if vectors is not None and mode == "hybrid":
-        meaning = _beside().submit(vectors.scorer(db, agent), query, POOL)
+        meaning = own_helper().submit(vectors.scorer(db, agent), query, POOL)
     exact: set[int] = set()
     if mode in ("hybrid", "keyword"):
         keyword_scores, own = _keyword_arm(db, agent, query, keyword)
@@ -158,20 +157,6 @@ def rank(
         for score, row_id, arms in best
     ]
     return Ranking(ranked, unembedded)
-
-
-_BESIDE: list[ThreadPoolExecutor] = []
-_BESIDE_LOCK = threading.Lock()
-
-
-def _beside() -> ThreadPoolExecutor:
-    """The threads the semantic arm scores on beside the keyword arm (made on first use:
-    a process that never searches by meaning has none). Two: the daemon searches on two
-    reader threads."""
-    with _BESIDE_LOCK:
-        if not _BESIDE:
-            _BESIDE.append(ThreadPoolExecutor(2, thread_name_prefix="oryxmem-meaning"))
-        return _BESIDE[0]
 
 
 def _keyword_arm(

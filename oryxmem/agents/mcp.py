@@ -105,18 +105,17 @@ class MemoryTools:
             except OryxError as error:
                 raise tool_error(error) from None
 
-    def _tool(self, tool: str, body: dict[str, Any]) -> Awaitable[dict[str, Any]]:
-        from oryxmem.tools import ToolCall, run_tool  # only without a daemon
-
+    async def _tool(self, tool: str, body: dict[str, Any]) -> dict[str, Any]:
         def remote(client: Client) -> dict[str, Any]:
             send = client.save_memory_tool if tool == "save_memory" else client.recall_memory_tool
             return send(body, self.agent)
 
-        return self._call(
-            remote,
-            lambda s: run_tool(s, ToolCall.of(tool, body, self.agent), "mcp"),
-            needs_model=tool != "save_memory",
-        )
+        def local(service: MemoryService) -> dict[str, Any]:
+            from oryxmem.tools import ToolCall, run_tool  # only without a daemon
+
+            return run_tool(service, ToolCall.of(tool, body, self.agent), "mcp")
+
+        return await self._call(remote, local, needs_model=tool != "save_memory")
 
     def where(self, data: dict[str, Any]) -> str:
         return f"agent {data['agent']!r}" if data.get("agent") else "the global memory"

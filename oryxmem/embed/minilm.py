@@ -18,7 +18,6 @@ import hashlib
 import os
 import threading
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,6 +26,7 @@ from oryxmem.config import Config
 from oryxmem.embed import Embedder, Kind
 from oryxmem.errors import EmbedderUnavailableError
 from oryxmem.heap import give_back_freed_memory
+from oryxmem.helper import own_helper
 
 # onnxruntime writes a telemetry store under ~/.cache unless told not to, before import.
 os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
@@ -50,20 +50,9 @@ MAX_TOKENS = 256
 # text at most while a backlog is embedded.
 _LOADED: list[tuple[Any, Any, set[str]]] = []  # (session, tokenizer, input names), once
 _LOADED_LOCK = threading.Lock()
-_HELPERS = threading.local()  # each thread's helper for a backlog's texts
 # Fewer texts than this (the daemon's usual trickle of saves) run on the calling thread
 # alone: the second core stays with the saves and searches of the moment.
 SIDE_BY_SIDE_TEXTS = 32
-
-
-def _helper() -> ThreadPoolExecutor:
-    """This thread's helper (made on its first backlog, by this thread: so it runs at
-    this thread's priority; it goes when this thread does)."""
-    helper: ThreadPoolExecutor | None = getattr(_HELPERS, "pool", None)
-    if helper is None:
-        helper = ThreadPoolExecutor(1, thread_name_prefix="oryxmem-embed-helper")
-        _HELPERS.pool = helper
-    return helper
 
 
 def _sha256(path: Path) -> str:
@@ -181,7 +170,7 @@ class MiniLM(Embedder):
                     return
                 out[at] = self._run(texts[at])
 
-        helped = _helper().submit(take_turns)
+        helped = own_helper().submit(take_turns)
         take_turns()
         helped.result()
         give_back_freed_memory()

@@ -346,6 +346,27 @@ def test_a_call_without_the_daemon_runs_beside_the_loop_which_answers_the_host_m
     assert order == ["tools listed", "call sees the listing"]
 
 
+def test_tools_the_daemon_answers_load_no_store(workspace: Workspace, tmp_path: Path) -> None:
+    """A server whose calls the daemon answers imports neither the service nor the
+    stores (reach.py): a save and a recall, in a process of their own."""
+    script = (
+        "import sys, anyio\n"
+        "from oryxmem.reach import Reach\n"
+        "from oryxmem.agents.mcp import MemoryTools\n"
+        f"tools = MemoryTools(Reach({str(workspace.root)!r}, recheck=True), 'lean')\n"
+        "print(anyio.run(tools.save_memory, 'through the daemon'))\n"
+        "print(anyio.run(tools.recall_memory, 'daemon'))\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('oryxmem.service', 'oryxmem.store'))))\n"
+    )
+    with daemon(workspace, tmp_path / "d.log"):
+        done = subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
+        )
+    saved, recalled, loaded = done.stdout.strip().splitlines()
+    assert saved.startswith("Saved to agent 'lean'") and recalled.endswith("through the daemon")
+    assert loaded == "[]"
+
+
 def test_a_daemon_gone_between_calls_leaves_the_next_to_the_stores(
     workspace: Workspace, tmp_path: Path
 ) -> None:

@@ -19,6 +19,7 @@ FLOORS: list[tuple[str, ...]] = [
         "registry",
         "fileio",
         "heap",
+        "helper",
         "intmap",
         "config",
         "workspace",
