@@ -80,7 +80,7 @@ def open_regular(
     except OSError as error:
         kind = _kind_at(path)
         if kind is None:
-            raise _storage_error("open", Path(path), error) from error
+            raise storage_error("open", Path(path), error) from error
         raise refuse(f"{path} is {kind}, not a regular file; oryxmem leaves it alone") from None
     info = os.fstat(fd)
     problem = None
@@ -120,7 +120,7 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def _storage_error(action: str, path: Path, error: OSError) -> StorageError:
+def storage_error(action: str, path: Path, error: OSError) -> StorageError:
     reason = os.strerror(error.errno) if error.errno else str(error)
     return StorageError(f"could not {action} {path}: {reason}", data={"errno": error.errno})
 
@@ -244,7 +244,7 @@ def atomic_write(
         os.replace(tmp, path)
     except OSError as error:
         _remove_quietly(tmp)
-        raise _storage_error("write", path, error) from error
+        raise storage_error("write", path, error) from error
     except BaseException:
         _remove_quietly(tmp)
         raise
@@ -252,7 +252,7 @@ def atomic_write(
         fsync_dir(path.parent)
         return os.stat(path)
     except OSError as error:
-        raise _storage_error("sync the directory of", path, error) from error
+        raise storage_error("sync the directory of", path, error) from error
 
 
 def _remove_quietly(path: Path) -> None:
@@ -301,7 +301,9 @@ class AppendIntent:
 
 
 def repair_torn_append(path: Path, intent: AppendIntent) -> str:
-    """Finish an append a crash interrupted. Returns what was found, for the log."""
+    """Finish an append a crash interrupted, or that never reached the disk (its bytes
+    were written but not yet synced: the journal's record is what made it durable).
+    Returns what was found, for the log."""
     try:
         fd = open_regular(path, os.O_RDWR, one_link=True)
     except FileNotFoundError:
@@ -311,17 +313,17 @@ def repair_torn_append(path: Path, intent: AppendIntent) -> str:
         if info.st_ino != intent.inode:
             return "file replaced since"
         end = intent.offset + len(intent.data)
-        if info.st_size == end and os.pread(fd, len(intent.data), intent.offset) == intent.data:
-            return "complete"
+        if info.st_size >= end and os.pread(fd, len(intent.data), intent.offset) == intent.data:
+            return "complete"  # (appends after it may follow: theirs are looked at next)
         written = info.st_size - intent.offset
         if not 0 <= written < len(intent.data):
             return "file changed since"
         if os.pread(fd, written, intent.offset) != intent.data[:written]:
             return "file changed since"
-        if written == 0:
-            return "nothing written"
         os.pwrite(fd, intent.data[written:], info.st_size)
         os.fsync(fd)
+        if written == 0:  # the journal had it; the disk had none of it
+            return f"wrote an append the disk had not kept ({len(intent.data)} bytes)"
         return f"repaired a torn line ({written} of {len(intent.data)} bytes were on disk)"
     finally:
         os.close(fd)
@@ -396,6 +398,7 @@ class AppendHandle:
         self.path = path
         self.refuse = refuse  # what a path that is no regular file raises
         self._fd: int | None = None
+        self.unsynced = False  # bytes were appended through the fd and not synced yet
 
     def open_for(self, inode: int) -> tuple[int, os.stat_result]:
         """An fd on the file at path, and its stat; the caller has just seen the path name
@@ -418,9 +421,20 @@ class AppendHandle:
         self._fd = fd
         return fd, info
 
+    def sync(self) -> None:
+        """Make what was appended without a sync durable (in the inode appended to, even
+        if the path names another file by now)."""
+        if self._fd is not None and self.unsynced:
+            os.fsync(self._fd)
+        self.unsynced = False
+
     def close(self) -> None:
+        """Close the kept fd. Bytes appended without a sync are left to the kernel: their
+        journal records stay open, and a replay at the next lock finishes them if the
+        disk lost them."""
         if self._fd is not None:
             fd, self._fd = self._fd, None
+            self.unsynced = False
             os.close(fd)
 
 
@@ -438,13 +452,24 @@ class Journal(Protocol):
 
 
 def append_durably(
-    handle: AppendHandle, inode: int, data: bytes, journal: Journal, expected_size: int
+    handle: AppendHandle,
+    inode: int,
+    data: bytes,
+    journal: Journal,
+    expected_size: int,
+    *,
+    sync: bool = True,
 ) -> os.stat_result:
     """Append data at the end of the file (still ``inode`` of expected_size bytes); fsync.
 
     The caller holds the file's lock. The intent is journaled first, so a crash
     mid-write is repaired, never read as a torn entry. A failed write is taken
     back, so the file keeps its previous bytes.
+
+    Without ``sync`` the journal's record is what makes the append durable: the bytes
+    are written (every reader sees them) but not synced, and the journal is not told
+    the append ended. The caller syncs later (``handle.sync()``) and then closes the
+    record; until then a replay at the next lock finishes the append if a crash lost it.
     """
     path = handle.path
     try:
@@ -454,17 +479,20 @@ def append_durably(
         intent = AppendIntent(info.st_ino, info.st_size, data)
         journal.begin(intent)
     except OSError as error:
-        raise _storage_error("append to", path, error) from error
+        raise storage_error("append to", path, error) from error
     try:
         written = os.write(fd, data)
         if written != len(data):
             raise OSError(errno.ENOSPC, "short write")
-        os.fsync(fd)
+        handle.unsynced = True
+        if sync:
+            handle.sync()
         result = os.fstat(fd)
     except OSError as error:
         _take_back(handle, fd, intent, journal)
-        raise _storage_error("append to", path, error) from error
-    journal.end()
+        raise storage_error("append to", path, error) from error
+    if sync:
+        journal.end()
     return result
 
 

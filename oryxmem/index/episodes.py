@@ -240,10 +240,14 @@ class EpisodeIndex:
         their rounds are made (and embedded) with no transaction open, then written in
         one short one. Returns the sessions taken in."""
         self.ensure(db)
-        gone = self._gone(db)
+        with read_snapshot(db):  # a reindex may drop the tables again at any moment
+            if not self._is_current(db):
+                return 0  # the next step makes them again and takes everything in
+            gone = self._gone(db)
+            candidates = self._candidates(db)
         work: list[_Taken] = []
         touched = []  # seen again, nothing new: only their updated_at is kept
-        for session, had in self._candidates(db):
+        for session, had in candidates:
             if len(work) >= max_sessions:
                 break
             row = db.execute(

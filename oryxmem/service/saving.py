@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from oryxmem.errors import (
@@ -174,7 +174,8 @@ class Saving:
         if not batch.prepared or batch.store is None:
             return
         try:
-            batch.written = batch.store.append_many([e for _, e in batch.prepared])
+            # Durable by its journal record; MEMORY.md is synced when the rows take it in.
+            batch.written = batch.store.append_many([e for _, e in batch.prepared], settle=False)
         except Exception as error:  # finish_batch decides what the callers are told
             batch.error = error
             return
@@ -299,21 +300,35 @@ class Saving:
                     for repair in self.shared.files.get(agent).take_repairs():
                         log.warning("%s", repair)
                         rows.record_history(db, agent, "repair", "file", None, repair)
-            for agent in pending:  # committed: the log of answered saves may let go
-                self.shared.files.get(agent).rows_have_answered()
         except Exception as error:  # the file has them; the acks stand. Tried again soon:
             # a stale editor buffer may take them out of the file meanwhile, and only
             # their rows and history have them put back.
             self._unmirrored = {**pending, **self._unmirrored}
             self._put_back_records(records, records_since)
             self._mirror_failed(error)
+            self._sync_files(pending, rows_have_them=False)
             return []
+        self._sync_files(pending, rows_have_them=True)  # the answered log may let go
         self.mirrors += 1
         self._failing = False
         self.mirror_not_before = 0.0
         if indexes_follow:  # the rows of these saves, or a step of a rebuild
             self._follow()
         return lagging
+
+    def _sync_files(self, agents: Iterable[str], *, rows_have_them: bool) -> None:
+        """Sync the MEMORY.md files the saves were appended to, and let their records in
+        the answered log go once the rows have them. A failed sync leaves the records
+        open: the saves are durable in them, and replayed if the disk lost them."""
+        for agent in agents:
+            store = self.shared.files.get(agent)
+            try:
+                if rows_have_them:
+                    store.rows_have_answered()
+                else:
+                    store.settle()
+            except (OryxError, OSError) as error:
+                log_failure(log, f"{agent or '(global)'}: MEMORY.md not synced yet", error)
 
     def _follow(self) -> None:
         """The indexes that follow saves take a step. They are derived: a failure is

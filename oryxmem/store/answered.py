@@ -1,21 +1,26 @@
 """The journal of an agent's MEMORY.md: appends about to be written, and saves answered
 but not yet in the rows, one record for both, beside the agent's lock.
 
-A save is answered once it is durable in MEMORY.md; its row (and the history that
-protects it from a stale editor buffer) follows within a second. Should the process
-die in between *and* someone write an old copy of the file back meanwhile, the save
-would be in neither place; and a crash in the middle of the append would leave a torn
-line. So before each append, one JSON line is added to ``run/locks/<agent lock>.answered``
-and synced: the writer's pid, where the append goes and what it writes (``intent``:
-a torn line is finished from it at the next lock), and the entries of the saves it
-carries. That makes two syncs before the answer (this record, then MEMORY.md), not
-three. A record leaves once the rows hold its entries (``forget``). An append that
-answers no save (a reconcile writing rows into the file) has its record taken out as
-soon as it is written. A save written by a rewrite (a new file, entries not at the
-end) is noted after the rewrite, with no intent. After a crash, what the rows lack of
-the records is put into the rows (``MemoryService.recover_answered``), and reconcile
-puts it back into MEMORY.md if the file lost it. The caller holds the agent's file
-lock for every call.
+Before each append one JSON line is added to ``run/locks/<agent lock>.answered`` and
+synced: the writer's pid, where the append goes and what it writes (``intent``), and
+the entries of the saves it carries. It is a write-ahead log for MEMORY.md:
+
+- A save is answered once its record is synced and its append written to MEMORY.md
+  (every reader sees it): one sync before the answer. MEMORY.md itself is synced when
+  the rows take the saves in, within a second (``rows_have_answered``), or before
+  anything else is written to it; the records are marked done then.
+- A record not marked done is replayed at the next lock (a crash, a power cut): its
+  append is finished if the disk kept only part of it, or written if it kept none, and
+  left alone if it is complete or the file has been replaced or changed since.
+- Should the process die before the rows have the saves *and* someone write an old copy
+  of the file back meanwhile, the saves would be in neither place: what the rows lack
+  of the records is put into the rows after a crash
+  (``MemoryService.recover_answered``), and reconcile puts it back into MEMORY.md.
+
+A record leaves once the rows hold its entries (``forget``). An append that answers no
+save (a reconcile writing rows into the file) is synced at once and its record taken
+out. A save written by a rewrite (a new file, entries not at the end) is noted after the
+rewrite, with no intent. The caller holds the agent's file lock for every call.
 """
 
 from __future__ import annotations
@@ -38,6 +43,15 @@ DONE_AT = len(b'{"done": ')
 
 def _entry_fields(entry: Entry) -> dict[str, object]:
     return {"scope": entry.scope, "ts": entry.ts, "content": entry.content, "id": entry.entry_id}
+
+
+def _pid_of(line: bytes) -> int | None:
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return None
+    pid = record.get("pid") if isinstance(record, dict) else None
+    return pid if isinstance(pid, int) else None
 
 
 class AnsweredLog:
@@ -119,14 +133,34 @@ class AnsweredLog:
                 found.append({"done": 1, "pid": record.get("pid"), "entries": [record]})
         return found
 
-    def last_intent(self) -> AppendIntent | None:
-        """The append the last record was about to write, unless it is marked done: the
-        only one a crash can have torn (appends are written one at a time, under the
-        lock)."""
-        records = self.records()
-        if not records or records[-1].get("done"):
-            return None
-        return AppendIntent.from_fields(records[-1].get("intent"))
+    def open_intents(self) -> list[AppendIntent]:
+        """The appends of the records not marked done, in the order they were written: a
+        crash may have torn the last, and the disk may have lost any of those written
+        without a sync since the last was marked (appends are written one at a time,
+        under the lock)."""
+        intents = []
+        for record in self.records():
+            if not record.get("done"):
+                intent = AppendIntent.from_fields(record.get("intent"))
+                if intent is not None:
+                    intents.append(intent)
+        return intents
+
+    def mark_done_of(self, pid: int) -> None:
+        """Every record of this process is done: the appends it wrote are durable."""
+        try:
+            fd = open_regular(self.path, os.O_RDWR, one_link=True)
+        except FileNotFoundError:
+            return
+        try:
+            raw = os.pread(fd, os.fstat(fd).st_size, 0)
+            start = 0
+            for line in raw.split(b"\n"):
+                if line.startswith(RECORD_HEAD) and _pid_of(line) == pid:
+                    os.pwrite(fd, b"1", start + DONE_AT)
+                start += len(line) + 1
+        finally:
+            os.close(fd)
 
     def entries(self) -> list[Entry]:
         found = []

@@ -7,6 +7,7 @@ large file costs one fsync'd append, not a parse and a rewrite.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -16,20 +17,21 @@ from pathlib import Path
 from typing import NamedTuple
 
 from oryxmem.clock import Clock
-from oryxmem.errors import MemoryFileConflictedError, MemoryFileUnreadableError, OryxError
+from oryxmem.errors import (
+    MemoryFileConflictedError,
+    MemoryFileUnreadableError,
+    OryxError,
+    StorageError,
+)
 from oryxmem.fileio import (
-    AppendHandle,
-    AppendIntent,
     ConcurrentChange,
     FileLock,
     FileStat,
-    append_durably,
     atomic_write,
     file_stat,
     is_being_written,
     open_regular,
     remove_stale_temp_files,
-    repair_torn_append,
     retry_on_change,
     wait_until_quiet,
 )
@@ -49,15 +51,14 @@ from oryxmem.store.format import (
     plan_entries,
     record_appended_many,
 )
+from oryxmem.store.journal import MemoryJournal
 from oryxmem.store.orphans import WATCH_SECONDS, Orphan, merge
 from oryxmem.store.tombstones import FILE_NAME as TOMBSTONES
 from oryxmem.store.tombstones import Tombstones
 from oryxmem.store.window import archival_window
 from oryxmem.workspace import Workspace
 
-# What a journal replay may find that needs no telling: the append had completed, or
-# had not begun.
-QUIET_REPAIRS = ("complete", "nothing written")
+log = logging.getLogger("oryxmem")
 # How often a save reads the file again when another writer keeps changing it, and
 # how often a read starts over when the file changes while it is being read.
 SAVE_ATTEMPTS = 20
@@ -99,48 +100,20 @@ class _Cached:
         return cls(key, parse(text, data))
 
 
-@dataclass
-class _AppendJournal:
-    """The journal of one append (fileio.Journal): its record in the answered log, with
-    the entries of the saves it answers (none: a reconcile's, whose record goes as soon
-    as the append is durable)."""
-
-    log: AnsweredLog
-    entries: Sequence[Entry]
-    start: int = 0
-
-    def begin(self, intent: AppendIntent) -> None:
-        self.start = self.log.note(self.entries, intent)
-
-    def end(self) -> None:
-        if self.entries:
-            self.log.mark_done(self.start)
-        else:
-            self.log.take_back(self.start, sync=False)
-
-    def withdraw(self) -> None:
-        self.log.take_back(self.start, sync=True)
-
-
 class MarkdownMemoryStore(LongTermMemoryStore):
     def __init__(self, path: Path, lock: FileLock, *, clock: Clock, limits: StoreLimits) -> None:
         super().__init__(clock=clock, limits=limits)
         self.path = path
         self.lock = lock
-        self._appender = AppendHandle(path, refuse=MemoryFileUnreadableError)
         self._cached: _Cached | None = None
-        self.repairs: list[str] = []  # what each journal replay at lock time found
-        self._untold: list[str] = []  # the replays worth telling, until someone tells them
         # The stat of the file as our own last write left it: a file event whose file
         # still has exactly this stat is the echo of that write, not news.
         self.written_key: FileStat | None = None
         self._waiting_since: float | None = None  # when a wait for an editor began
         self._orphans: list[Orphan] = []  # inodes replaced while an editor may write on
-        # The journal of appends, and of saves answered and not yet in the rows
-        # (store/answered.py); and its stat when this store last looked for an append a
-        # crash tore, or wrote it itself (unchanged since: nothing to look for).
-        self.answered = AnsweredLog(lock.lock_path.with_name(lock.lock_path.name + ".answered"))
-        self._journal_seen: FileStat | None = None
+        # The journal of its appends, and of saves answered and not yet in the rows.
+        log_path = lock.lock_path.with_name(lock.lock_path.name + ".answered")
+        self.journal = MemoryJournal(path, log_path, MemoryFileUnreadableError)
         self.tombstones = Tombstones(path.with_name(TOMBSTONES))  # what was taken out
 
     @classmethod
@@ -183,27 +156,18 @@ class MarkdownMemoryStore(LongTermMemoryStore):
         return self._cached
 
     def repair_locked(self) -> None:
-        """Finish (or leave) the append the journal's last record began, if a crash
-        tore it; the caller holds the lock. Looked for once per change of the journal."""
-        seen = self.answered.stat()
-        if seen is None or seen == self._journal_seen:
-            return
-        intent = self.answered.last_intent()
-        if intent is not None:
-            outcome = repair_torn_append(self.path, intent)
-            self.repairs.append(outcome)
-            if outcome not in QUIET_REPAIRS:
-                line = self._line_at(intent.offset)
-                self._untold.append(f"{self.path}:{line}: after a crash, {outcome}")
-        self._journal_seen = self.answered.stat()
+        """Replay what the journal's open records say a crash left undone; the caller
+        holds the lock."""
+        self.journal.repair_locked()
 
-    def _line_at(self, offset: int) -> int:
-        """The 1-based number of the line that starts at this byte offset."""
-        try:
-            with os.fdopen(self._open_to_read(), "rb") as handle:
-                return handle.read(offset).count(b"\n") + 1
-        except (OSError, OryxError):
-            return 0
+    @property
+    def answered(self) -> AnsweredLog:
+        """The log of saves answered and not yet in the rows (and of their appends)."""
+        return self.journal.log
+
+    @property
+    def repairs(self) -> list[str]:
+        return self.journal.repairs
 
     def _open_to_read(self) -> int:
         """MEMORY.md, only as the regular file it should be (never through a link, never
@@ -212,8 +176,7 @@ class MarkdownMemoryStore(LongTermMemoryStore):
 
     def take_repairs(self) -> list[str]:
         """What lock-time repairs did since last asked, each as 'path:line: what'."""
-        untold, self._untold = self._untold, []
-        return untold
+        return self.journal.take_untold()
 
     def document(self) -> MemoryDocument:
         """The parsed file as it is now (conflicted or not). Do not mutate it."""
@@ -260,13 +223,16 @@ class MarkdownMemoryStore(LongTermMemoryStore):
     def _append(self, addition: EntryText) -> Entry:
         return self.append_many([addition]).entries[0]
 
-    def append_many(self, additions: Sequence[EntryText]) -> Append:
+    def append_many(self, additions: Sequence[EntryText], *, settle: bool = True) -> Append:
         """Add entries at the end of their sections in one durable write, with the stat of
         the file they were added to (None: there was none) and the stat this write left.
-        Another writer changing the file meanwhile makes it read the file again and retry."""
+        Another writer changing the file meanwhile makes it read the file again and retry.
+
+        Without ``settle`` an append in place is durable by its journal record alone (one
+        sync, not two): MEMORY.md is synced by ``rows_have_answered`` or ``settle``."""
         with self.lock.hold():
             entries, before, after_others = retry_on_change(
-                SAVE_ATTEMPTS, lambda: self.append_locked(additions), self.forget
+                SAVE_ATTEMPTS, lambda: self.append_locked(additions, sync=settle), self.forget
             )
             written_ns = time.time_ns()  # under the lock: writes to the file are in its order
             self.tombstones.lift(entry.entry_id for entry in entries)  # saved again on purpose
@@ -299,16 +265,27 @@ class MarkdownMemoryStore(LongTermMemoryStore):
         return key is not None and key != self.written_key and key != self.lock.last_written()
 
     def rows_have_answered(self) -> None:
-        """The saves this process answered are in the rows now: out of the log."""
+        """The saves this process answered are in the rows now: MEMORY.md is synced, and
+        their records leave the log."""
         with self.lock.hold():
-            self.answered.forget(os.getpid())
+            self.journal.rows_have_answered_locked()
+
+    def settle(self) -> None:
+        """Sync what saves appended to MEMORY.md, and mark their records done."""
+        if self.journal.unsettled:
+            with self.lock.hold():
+                self.journal.settle_locked()
 
     def forget(self) -> None:
         """Drop the parsed copy: the next read parses the file again."""
         self._cached = None
 
     def close(self) -> None:
-        self._appender.close()
+        try:
+            self.settle()
+        except StorageError as error:  # its records stay open: replayed at the next lock
+            log.warning("%s; its journal has what it lacks", error)
+        self.journal.close()
         for orphan in self._orphans:
             orphan.close()
         self._orphans = []
@@ -341,19 +318,21 @@ class MarkdownMemoryStore(LongTermMemoryStore):
         return self._write_locked(cached, additions, removals, replacements=replacements)
 
     def append_locked(
-        self, additions: Sequence[EntryText]
+        self, additions: Sequence[EntryText], *, sync: bool = True
     ) -> tuple[list[Entry], FileStat | None, bool]:
         """Add entries to the file as it is now, read once; the caller holds the lock.
 
         Returns the entries, the stat of the file they were added to (None: there was no
         file), and whether someone else had written or removed it since oryxmem last did.
-        Raises ConcurrentChange when the file changes under the write."""
+        Raises ConcurrentChange when the file changes under the write. Without ``sync``,
+        an append in place is durable by its journal record (see append_many)."""
         cached = self._parseable_locked()
         before = cached.key
         after_others = self._left_by_others(before) or (
             before is None and self.lock.last_written() is not None
         )
-        return self._write_locked(cached, additions, (), answers=True), before, after_others
+        added = self._write_locked(cached, additions, (), answers=True, sync=sync)
+        return added, before, after_others
 
     def _write_locked(
         self,
@@ -362,10 +341,12 @@ class MarkdownMemoryStore(LongTermMemoryStore):
         removals: Collection[str],
         *,
         answers: bool = False,
+        sync: bool = True,
         replacements: Mapping[str, EntryText] | None = None,
     ) -> list[Entry]:
         """Write the edits; ``answers``: they are saves about to be answered, noted in the
-        journal until the rows have them (a crash, a stale buffer)."""
+        journal until the rows have them (a crash, a stale buffer); without ``sync`` an
+        append of them is durable by that record alone until settle_locked."""
         added = plan_entries(cached.doc, additions)
         if not (additions or removals or replacements):
             return added
@@ -379,13 +360,11 @@ class MarkdownMemoryStore(LongTermMemoryStore):
         if key is None or tail is None:
             self._rewrite_locked(cached, additions, removals, replacements)
             if answers:
-                self.answered.note(added)
-                self._journal_seen = self.answered.stat()
+                self.journal.note_rewritten(added)
             return added
         data = tail.encode()
-        journal = _AppendJournal(self.answered, added if answers else ())
-        info = append_durably(self._appender, key.inode, data, journal, key.size)
-        self._journal_seen = self.answered.stat()  # its own record: no tear to look for
+        answered = added if answers else ()
+        info = self.journal.append_locked(key.inode, key.size, data, answered, sync=sync)
         self._waiting_since = None
         if info.st_size != key.size + len(data):
             # Someone appended without the lock (`>>`) between our look and our write: both
@@ -413,6 +392,7 @@ class MarkdownMemoryStore(LongTermMemoryStore):
 
     def _replace_locked(self, cached: _Cached, text: str, base: MemoryDocument) -> None:
         """Replace the file as read (``cached``) by text planned on ``base``."""
+        self.journal.settle_locked()  # appends of saves not synced yet are durable first
 
         def still_as_read() -> None:
             if file_stat(self.path) != cached.key:
@@ -437,7 +417,7 @@ class MarkdownMemoryStore(LongTermMemoryStore):
                     time.monotonic() + WATCH_SECONDS,
                 )
             )
-        self._appender.close()  # it holds the inode just replaced
+        self.journal.appender.close()  # it holds the inode just replaced
         self._cached = _Cached.of(FileStat.of(info), text, data)
         self.written_key = FileStat.of(info)
         self.lock.note_written(self.written_key)
@@ -482,7 +462,7 @@ class MarkdownMemoryStore(LongTermMemoryStore):
     def _merge_locked(self, orphan: Orphan) -> bool:
         cached = self._read_locked()
         if not cached.doc.parseable:
-            self._untold.append(
+            self.journal.untold.append(
                 f"{self.path}: conflicted; an editor's text left in a file it "
                 "replaced was not merged"
             )
@@ -498,7 +478,7 @@ class MarkdownMemoryStore(LongTermMemoryStore):
             if not lacking:
                 return False
             self._write_locked(cached, lacking, ())
-        self._untold.append(
+        self.journal.untold.append(
             f"{self.path}: merged back what an editor wrote into the file a save had "
             f"replaced meanwhile ({len(result.typed)} new entries of theirs)"
         )

@@ -5,8 +5,8 @@ previous bytes (never empty, never half-written), the daemon keeps serving, and
 once the disk is back saves work again and the rows catch up.
 
 - I/O errors come from an LD_PRELOAD shim (support/faultshim.c, built here with gcc)
-  that fails write() or fsync() on MEMORY.md and its temp files while a trigger
-  file says so.
+  that fails write() or fsync() on MEMORY.md, its temp files and the journal of its
+  appends while a trigger file says so.
 - A full disk is a real 4 MiB tmpfs filled to the brim (skipped where mounting
   is not allowed), and RLIMIT_FSIZE lowered on the running daemon with prlimit.
 """

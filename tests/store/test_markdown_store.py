@@ -389,7 +389,7 @@ def test_a_line_appended_without_the_lock_during_a_save_is_never_dropped_later(
     plus its own line, and the next rewrite (a removal) wrote the human's line away."""
     store = open_store(tmp_path)
     store.append("first")
-    opened = store._appender.open_for
+    opened = store.journal.appender.open_for
 
     def then_a_human_appends(inode: int):  # type: ignore[no-untyped-def]
         got = opened(inode)
@@ -397,7 +397,7 @@ def test_a_line_appended_without_the_lock_during_a_save_is_never_dropped_later(
             human.write(f"- [{TS}] typed without the lock\n")
         return got
 
-    monkeypatch.setattr(store._appender, "open_for", then_a_human_appends)
+    monkeypatch.setattr(store.journal.appender, "open_for", then_a_human_appends)
     store.append("saved meanwhile")
     monkeypatch.undo()
     assert [e.content for e in store.document().archival] == [
@@ -439,6 +439,57 @@ def test_a_save_is_journaled_in_one_record_that_is_also_its_answered_note(
     fresh = open_store(tmp_path)  # a later process finds nothing to repair or tell
     assert [e.content for e in fresh.entries()[1]] == ["one", "two", "three"]
     assert fresh.repairs == []
+
+
+def test_a_save_left_unsettled_is_durable_by_its_record_and_synced_with_the_rows(
+    tmp_path: Path,
+) -> None:
+    """The write path's saves: one sync (the record) before the answer. The bytes are in
+    MEMORY.md at once; its sync, and the record's mark, come when the rows have them."""
+    store = open_store(tmp_path)
+    store.append("one")
+    store.rows_have_answered()
+    store.append_many([NewEntry(ARCHIVAL, TS, "two")], settle=False)
+    store.append_many([NewEntry(ARCHIVAL, TS, "three")], settle=False)
+    assert [e.content for e in parse(store.path.read_text()).archival] == ["one", "two", "three"]
+    assert [r["done"] for r in journal_records(store)] == [0, 0]
+    store.settle()
+    assert [r["done"] for r in journal_records(store)] == [1, 1]
+    store.append_many([NewEntry(ARCHIVAL, TS, "four")], settle=False)
+    store.rows_have_answered()
+    assert journal_records(store) == []
+
+
+def test_appends_the_disk_lost_are_written_again_from_their_records_in_order(
+    tmp_path: Path,
+) -> None:
+    """A power cut after two saves were answered: their records were synced, their bytes
+    in MEMORY.md were not, and the disk kept only part of the first. The next process
+    to take the lock writes both from the records, in order, and says so."""
+    store = open_store(tmp_path)
+    store.append("before")
+    store.rows_have_answered()
+    size = store.path.stat().st_size
+    store.append_many([NewEntry(ARCHIVAL, TS, "first answered")], settle=False)
+    store.append_many([NewEntry(ARCHIVAL, TS, "second answered")], settle=False)
+    with open(store.path, "r+b") as handle:  # what the disk kept: 9 bytes of the first
+        handle.truncate(size + 9)
+    fresh = open_store(tmp_path)
+    assert [e.content for e in fresh.entries()[1]] == [
+        "before",
+        "first answered",
+        "second answered",
+    ]
+    assert fresh.repairs[0].startswith("repaired a torn line (9 of")
+    assert fresh.repairs[1].startswith("wrote an append the disk had not kept")
+    assert parse(fresh.path.read_text()).unparsed == []
+    again = open_store(tmp_path)  # done once: a later process finds them complete
+    assert [e.content for e in again.entries()[1]] == [
+        "before",
+        "first answered",
+        "second answered",
+    ]
+    assert again.repairs == ["complete", "complete"]
 
 
 def test_an_append_that_answers_no_save_leaves_no_record(tmp_path: Path) -> None:

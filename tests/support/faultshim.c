@@ -2,7 +2,8 @@
  *
  * While the file named by $ORYXMEM_FAULT_TRIGGER exists, the calls it names ("write",
  * "fsync", one word per line) fail with EIO for any file descriptor whose path ends in
- * "MEMORY.md" or in ".tmp" (a MEMORY.md being rewritten). Everything else passes through.
+ * "MEMORY.md", in ".tmp" (a MEMORY.md being rewritten) or in ".answered" (the journal of
+ * its appends, on the same disk). Everything else passes through.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -29,9 +30,11 @@ static int faulty(const char *call, int fd) {
     if (len <= 0) return 0;
     target[len] = 0;
     size_t tl = strlen(target);
-    const char *memory = "MEMORY.md", *tmp = ".tmp";
-    if (tl >= strlen(memory) && strcmp(target + tl - strlen(memory), memory) == 0) return 1;
-    if (tl >= strlen(tmp) && strcmp(target + tl - strlen(tmp), tmp) == 0) return 1;
+    const char *ends[] = {"MEMORY.md", ".tmp", ".answered"};
+    for (size_t i = 0; i < sizeof ends / sizeof ends[0]; i++) {
+        size_t el = strlen(ends[i]);
+        if (tl >= el && strcmp(target + tl - el, ends[i]) == 0) return 1;
+    }
     return 0;
 }
 
