@@ -39,6 +39,10 @@ from oryxmem.store.format import Entry
 # complete), and a later reader tells a crash's torn append from an append that ended.
 RECORD_HEAD = b'{"done": 0, '
 DONE_AT = len(b'{"done": ')
+# Zeros written ahead of the records, so that a record is written over blocks the file
+# has (see note); and the size past which a forget gives the space back.
+GROW_BYTES = 64 * 1024
+SHRINK_ABOVE_BYTES = 16 * GROW_BYTES
 
 
 def _entry_fields(entry: Entry) -> dict[str, object]:
@@ -54,13 +58,44 @@ def _pid_of(line: bytes) -> int | None:
     return pid if isinstance(pid, int) else None
 
 
+def _used(fd: int) -> bytes:
+    """The log's records: its bytes up to the zeros written ahead of them."""
+    raw = os.pread(fd, os.fstat(fd).st_size, 0)
+    cut = raw.find(b"\0")
+    return raw if cut < 0 else raw[:cut]
+
+
+def _write_at(fd: int, data: bytes, offset: int) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.pwrite(fd, view, offset)
+        view, offset = view[written:], offset + written
+
+
 class AnsweredLog:
     def __init__(self, path: Path) -> None:
         self.path = path
+        self._end: int | None = None  # where this process last left the end of the records
+
+    def _end_of_records(self, fd: int) -> int:
+        """Where the next record goes: after the last whole one (a record a crash cut
+        short is written over). The end this process left is still the end while a
+        newline ends the records there and zeros (or the file's end) follow; another
+        process's record or forget changes that."""
+        end = self._end
+        if end is not None:
+            probe = os.pread(fd, 2, end - 1) if end else b"\n" + os.pread(fd, 1, 0)
+            if probe in (b"\n", b"\n\0"):
+                return end
+        return _used(fd).rfind(b"\n") + 1
 
     def note(self, entries: Sequence[Entry], intent: AppendIntent | None = None) -> int:
         """One record of these entries (and of the append about to carry them), synced
-        before this returns; gives where it begins in the log."""
+        before this returns; gives where it begins in the log.
+
+        Records are written over zeros written ahead of them (GROW_BYTES at a time), so
+        that the sync of a record writes data blocks alone: the file's size and blocks
+        stay as they were, and the filesystem commits no metadata for it."""
         record: dict[str, object] = {
             "pid": os.getpid(),
             "entries": [_entry_fields(e) for e in entries],
@@ -68,39 +103,48 @@ class AnsweredLog:
         if intent is not None:
             record["intent"] = intent.to_fields()
         data = RECORD_HEAD + json.dumps(record)[1:].encode("ascii") + b"\n"
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = open_regular(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600, one_link=True)
+        fd = self._open(os.O_RDWR | os.O_CREAT)
         try:
-            start = os.fstat(fd).st_size  # the caller holds the lock: no one else appends
+            start = self._end_of_records(fd)  # the caller holds the lock: no one else writes
+            ahead = start + len(data) > os.fstat(fd).st_size
             try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
+                _write_at(fd, data + bytes(GROW_BYTES) if ahead else data, start)
                 os.fdatasync(fd)
             except OSError:
-                os.ftruncate(fd, start)  # no half record for the next one to run into
+                os.pwrite(fd, bytes(len(data)), start)  # no half record to run into
                 raise
+            self._end = start + len(data)
             return start
         finally:
             os.close(fd)
 
+    def _open(self, flags: int) -> int:
+        try:
+            return open_regular(self.path, flags, 0o600, one_link=True)
+        except FileNotFoundError:
+            if not flags & os.O_CREAT:
+                raise
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            return open_regular(self.path, flags, 0o600, one_link=True)
+
     def mark_done(self, start: int) -> None:
         """The append of the record at ``start`` is durable (see RECORD_HEAD)."""
-        fd = open_regular(self.path, os.O_WRONLY, one_link=True)
+        fd = self._open(os.O_WRONLY)
         try:
             os.pwrite(fd, b"1", start + DONE_AT)
         finally:
             os.close(fd)
 
     def take_back(self, start: int, *, sync: bool) -> None:
-        """Cut the log back to ``start``, the record written there and all after it: an
+        """Take back the record at ``start`` and all after it (zeros over them): an
         append taken back (synced: its saves were refused, recovery must not find
         them), or one that answered no save and is done (not synced)."""
-        fd = open_regular(self.path, os.O_WRONLY, one_link=True)
+        fd = self._open(os.O_RDWR)
         try:
-            os.ftruncate(fd, start)
+            os.pwrite(fd, bytes(len(_used(fd)) - start), start)
             if sync:
                 os.fdatasync(fd)
+            self._end = start
         finally:
             os.close(fd)
 
@@ -117,8 +161,10 @@ class AnsweredLog:
             fd = open_regular(self.path, os.O_RDONLY)
         except FileNotFoundError:
             return []
-        with os.fdopen(fd, "rb") as handle:
-            raw = handle.read()
+        try:
+            raw = _used(fd)
+        finally:
+            os.close(fd)
         found = []
         for line in raw.decode("utf-8", errors="replace").splitlines():
             try:
@@ -149,13 +195,12 @@ class AnsweredLog:
     def mark_done_of(self, pid: int) -> None:
         """Every record of this process is done: the appends it wrote are durable."""
         try:
-            fd = open_regular(self.path, os.O_RDWR, one_link=True)
+            fd = self._open(os.O_RDWR)
         except FileNotFoundError:
             return
         try:
-            raw = os.pread(fd, os.fstat(fd).st_size, 0)
             start = 0
-            for line in raw.split(b"\n"):
+            for line in _used(fd).split(b"\n"):
                 if line.startswith(RECORD_HEAD) and _pid_of(line) == pid:
                     os.pwrite(fd, b"1", start + DONE_AT)
                 start += len(line) + 1
@@ -187,14 +232,17 @@ class AnsweredLog:
         if len(kept) == len(records):
             return
         # In place, under the caller's lock (no temp file a kill could leave behind): the
-        # kept records first, then the end cut; a crash between leaves records of saves
-        # the rows have, which recovery finds there already.
+        # kept records over the first ones, zeros over the rest; a crash between leaves
+        # records of saves the rows have, which recovery finds there already.
         data = "".join(json.dumps(r) + "\n" for r in kept).encode("ascii")
-        fd = open_regular(self.path, os.O_WRONLY, one_link=True)
+        fd = self._open(os.O_RDWR)
         try:
-            if data:
-                os.pwrite(fd, data, 0)
-            os.ftruncate(fd, len(data))
+            used, size = len(_used(fd)), os.fstat(fd).st_size
+            if size > SHRINK_ABOVE_BYTES:  # a burst's records are gone: give the space back
+                os.ftruncate(fd, len(data))
+                used = len(data) + GROW_BYTES
+            _write_at(fd, data + bytes(max(used - len(data), 0)), 0)
             os.fdatasync(fd)
+            self._end = len(data)
         finally:
             os.close(fd)

@@ -367,18 +367,44 @@ def test_the_answered_log_keeps_other_processes_records_and_leaves_no_temp_file(
     from oryxmem.store.answered import AnsweredLog
 
     locks = tmp_path / "locks"
+    locks.mkdir()
     log = AnsweredLog(locks / "agent-a.lock.answered")
+    # Another process's save, not in the rows yet, as an older oryxmem wrote it (appended,
+    # no zeros ahead), and a record a crash cut short after it.
+    log.path.write_text(
+        '{"pid": 1, "scope": "archival", "ts": null, "content": "theirs", "id": "x"}\n'
+        '{"pid": 1, "scope": "archi'
+    )
     mine = parse(f"## 归档记忆\n- [{TS}] mine\n").archival
-    log.note(mine)
-    with open(log.path, "a") as other:  # another process's save, not in the rows yet
-        other.write('{"pid": 1, "scope": "archival", "ts": null, "content": "theirs", "id": "x"}\n')
-        other.write('{"pid": 1, "scope": "archi')  # and one a crash cut short
-    assert [e.content for e in log.entries()] == ["mine", "theirs"]
+    log.note(mine)  # over the one cut short
+    assert [e.content for e in log.entries()] == ["theirs", "mine"]
     log.forget(os.getpid())
     assert [e.content for e in log.entries()] == ["theirs"]
     log.forget()
-    assert log.entries() == [] and log.path.read_bytes() == b""
+    assert log.entries() == [] and log.path.read_bytes().strip(b"\0") == b""
     assert sorted(p.name for p in locks.iterdir()) == ["agent-a.lock.answered"]
+
+
+def test_records_are_written_over_zeros_written_ahead_so_a_sync_moves_no_metadata(
+    tmp_path: Path,
+) -> None:
+    """The log's size moves once per GROW_BYTES, not with each record; a record another
+    process wrote meanwhile is found, and the next record goes after it."""
+    from oryxmem.store.answered import GROW_BYTES, AnsweredLog
+
+    path = tmp_path / "agent-a.lock.answered"
+    log, other = AnsweredLog(path), AnsweredLog(path)
+    entries = parse(f"## 归档记忆\n- [{TS}] one\n").archival
+    first = log.note(entries)
+    size = path.stat().st_size
+    assert first == 0 and size > GROW_BYTES
+    second = other.note(entries)  # another process, under the same lock
+    third = log.note(entries)
+    assert 0 < second < third and path.stat().st_size == size
+    log.take_back(third, sync=True)
+    assert len(log.records()) == 2 and log.note(entries) == third
+    log.mark_done(second)
+    assert [r["done"] for r in log.records()] == [0, 1, 0]
 
 
 def test_a_line_appended_without_the_lock_during_a_save_is_never_dropped_later(
