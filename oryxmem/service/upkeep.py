@@ -37,7 +37,7 @@ from oryxmem.index import (
 )
 from oryxmem.registry import INDEXES, arm_index, index_names, indexes_of
 from oryxmem.service.shared import Shared
-from oryxmem.store.db import write_transaction
+from oryxmem.store.db import unsynced_transaction, write_transaction
 
 if TYPE_CHECKING:
     from oryxmem.index.vectors import VectorIndex
@@ -199,8 +199,8 @@ class Upkeep:
     def _prepared_steps(self, indexes: Sequence[DerivedIndex], rows: int | None = None) -> int:
         """One step of catch_up of each index: its rows read and prepared (stemmed,
         embedded) with no lock held, then all taken in with one short write that goes no
-        further than what was prepared (saves that came meanwhile are the next step's).
-        Returns the rows taken in."""
+        further than what was prepared (saves that came meanwhile are the next step's),
+        committed without a sync. Returns the rows taken in."""
         db = self.shared.db
         self._ensure_built(indexes)
         ahead = [(index, step) for index in indexes if (step := upcoming(db, index, rows))]
@@ -208,7 +208,7 @@ class Upkeep:
             return 0
         for index, step in ahead:
             index.prepare(step.rows)  # the slow part
-        with write_transaction(db):
+        with unsynced_transaction(db):  # derived: rebuilt from the rows if a power cut takes it
             return sum(take_step(db, index, step, rows) for index, step in ahead)
 
     def _ensure_built(self, indexes: Sequence[DerivedIndex]) -> None:

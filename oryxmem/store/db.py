@@ -247,6 +247,25 @@ def write_transaction(db: D) -> Iterator[D]:
 
 
 @contextmanager
+def unsynced_transaction(db: Database) -> Iterator[Database]:
+    """write_transaction whose commit is not synced (synchronous=NORMAL: in WAL the
+    commit waits for no fsync, and holds the write lock that much less), for derived
+    tables only. A power cut may take such a commit back, never half of it, and only
+    with every commit after it: the next synced commit makes it durable too."""
+    if db.conn.in_transaction:  # part of a transaction open already: its commit decides
+        with write_transaction(db):
+            yield db
+        return
+    level = int(db.execute("PRAGMA synchronous").fetchone()[0])
+    db.execute("PRAGMA synchronous = NORMAL")
+    try:
+        with write_transaction(db):
+            yield db
+    finally:
+        db.execute(f"PRAGMA synchronous = {level}")
+
+
+@contextmanager
 def read_snapshot(db: Database) -> Iterator[Database]:
     """BEGIN ... ROLLBACK around reads: one consistent view of the database that takes no
     write lock (in WAL, writers go on meanwhile); inside a transaction already open, its

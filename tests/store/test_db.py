@@ -22,6 +22,7 @@ from oryxmem.store.db import (
     brief_wait,
     connect,
     is_locked,
+    unsynced_transaction,
     write_transaction,
 )
 from oryxmem.store.schema import MIGRATIONS, SET_NAME, migration_set
@@ -272,3 +273,25 @@ def test_the_process_s_own_writers_take_turns_at_the_gate(tmp_path: Path) -> Non
     with brief_wait(second, 50), write_transaction(second):
         second.execute("INSERT INTO memory_entries(agent, content) VALUES ('a', 'y')")
     assert second.execute("SELECT content FROM memory_entries").fetchall() == [("y",)]
+
+
+def test_an_unsynced_transaction_commits_without_a_sync_and_leaves_the_setting_as_it_was(
+    tmp_path: Path,
+) -> None:
+    """For derived tables: synchronous=NORMAL for its commit only (another program sees
+    the rows at once); inside a transaction open already it is part of that one."""
+    db = connect(tmp_path / "oryxos.db")
+    assert db.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+    with unsynced_transaction(db):
+        assert db.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
+        db.execute("CREATE TABLE derived (x)")
+        db.execute("INSERT INTO derived VALUES (1)")
+    assert db.execute("PRAGMA synchronous").fetchone()[0] == 2
+    assert shell(tmp_path / "oryxos.db", "SELECT count(*) FROM derived").strip() == "1"
+    with pytest.raises(RuntimeError), write_transaction(db):
+        db.execute("INSERT INTO derived VALUES (2)")
+        with unsynced_transaction(db):
+            db.execute("INSERT INTO derived VALUES (3)")
+        raise RuntimeError("the outer transaction is rolled back, and its part with it")
+    assert db.execute("SELECT count(*) FROM derived").fetchone()[0] == 1
+    assert db.execute("PRAGMA synchronous").fetchone()[0] == 2
