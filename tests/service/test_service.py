@@ -236,6 +236,35 @@ def test_sync_takes_in_answered_saves_whose_rows_never_came(service: MemoryServi
     assert store.answered.entries() == []
 
 
+def test_a_save_is_synced_into_memory_md_with_its_rows_or_when_the_rows_fail(
+    service: MemoryService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The write path answers after one sync (the journal's record). MEMORY.md is synced
+    and the record let go once the rows have the save; when the rows cannot take it,
+    MEMORY.md is synced all the same and the record marked done, kept until they can."""
+    import sqlite3
+
+    from oryxmem.store import rows
+
+    store = service.files.get("a")
+    service.save("a", "with its rows")
+    assert not store.journal.unsettled and store.answered.records() == []
+    mirror = rows.mirror_appends
+
+    def failing(*args: object, **kwargs: object) -> bool:
+        raise sqlite3.OperationalError("disk I/O error")
+
+    monkeypatch.setattr(rows, "mirror_appends", failing)
+    service.save("a", "while the rows fail")
+    assert not store.journal.unsettled
+    assert [(r["done"], r["entries"][0]["content"]) for r in store.answered.records()] == [
+        (1, "while the rows fail")
+    ]
+    monkeypatch.setattr(rows, "mirror_appends", mirror)
+    service.mirror_saves()
+    assert store.answered.records() == []
+
+
 def test_a_failed_mirror_keeps_its_saves_queued_until_the_rows_take_them(
     service: MemoryService, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -518,6 +518,49 @@ def test_appends_the_disk_lost_are_written_again_from_their_records_in_order(
     assert again.repairs == ["complete", "complete"]
 
 
+KILLED_WRITER = textwrap.dedent(
+    """
+    import os, sys
+    from pathlib import Path
+    from oryxmem.fileio import FileLock
+    from oryxmem.store.base import StoreLimits
+    from oryxmem.store.format import ARCHIVAL, NewEntry
+    from oryxmem.store.markdown import MarkdownMemoryStore
+
+    folder = Path(sys.argv[1])
+    store = MarkdownMemoryStore(
+        folder / "agent" / "MEMORY.md",
+        FileLock(folder / "run" / "agent.lock"),
+        clock=lambda: "2026-11-30 10:00:00",
+        limits=StoreLimits(),
+    )
+    store.append_many([NewEntry(ARCHIVAL, "2026-11-30 10:00:00", "theirs")], settle=False)
+    os._exit(0)  # killed before its saves were synced or in the rows
+    """
+)
+
+
+def test_a_process_settles_its_own_records_and_a_dead_ones_are_found_complete(
+    tmp_path: Path,
+) -> None:
+    """Two processes append unsynced saves to one file in turn. One settles: only its own
+    records are marked done. The other died with its record open: the next process to
+    take the lock finds that append complete and says nothing."""
+    store = open_store(tmp_path)
+    store.append("before")
+    store.rows_have_answered()
+    store.append_many([NewEntry(ARCHIVAL, TS, "mine")], settle=False)
+    subprocess.run([sys.executable, "-c", KILLED_WRITER, str(tmp_path)], check=True)
+    store.append_many([NewEntry(ARCHIVAL, TS, "mine again")], settle=False)
+    store.settle()
+    records = [(r["done"], r["entries"][0]["content"]) for r in journal_records(store)]
+    assert records == [(1, "mine"), (0, "theirs"), (1, "mine again")]
+    fresh = open_store(tmp_path)
+    contents = [e.content for e in fresh.entries()[1]]
+    assert contents == ["before", "mine", "theirs", "mine again"]
+    assert fresh.repairs == ["complete"] and fresh.take_repairs() == []
+
+
 def test_an_append_that_answers_no_save_leaves_no_record(tmp_path: Path) -> None:
     store = open_store(tmp_path)
     store.append("one")
