@@ -398,7 +398,6 @@ class AppendHandle:
         self.path = path
         self.refuse = refuse  # what a path that is no regular file raises
         self._fd: int | None = None
-        self.unsynced = False  # bytes were appended through the fd and not synced yet
 
     def open_for(self, inode: int) -> tuple[int, os.stat_result]:
         """An fd on the file at path, and its stat; the caller has just seen the path name
@@ -424,9 +423,8 @@ class AppendHandle:
     def sync(self) -> None:
         """Make what was appended without a sync durable (in the inode appended to, even
         if the path names another file by now)."""
-        if self._fd is not None and self.unsynced:
+        if self._fd is not None:
             os.fsync(self._fd)
-        self.unsynced = False
 
     def close(self) -> None:
         """Close the kept fd. Bytes appended without a sync are left to the kernel: their
@@ -434,7 +432,6 @@ class AppendHandle:
         disk lost them."""
         if self._fd is not None:
             fd, self._fd = self._fd, None
-            self.unsynced = False
             os.close(fd)
 
 
@@ -484,9 +481,8 @@ def append_durably(
         written = os.write(fd, data)
         if written != len(data):
             raise OSError(errno.ENOSPC, "short write")
-        handle.unsynced = True
         if sync:
-            handle.sync()
+            os.fsync(fd)
         result = os.fstat(fd)
     except OSError as error:
         _take_back(handle, fd, intent, journal)

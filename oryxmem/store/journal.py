@@ -11,7 +11,7 @@ but ``close`` runs with the agent's file lock held.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -113,25 +113,24 @@ class MemoryJournal:
 
     def settle_locked(self) -> None:
         """Sync what saves appended to MEMORY.md, and mark their records done."""
-        if not self._unsettled:
-            return
-        try:
-            self.appender.sync()
-            self.log.mark_done_of(os.getpid())
-        except OSError as error:  # the records stay open: replayed if the disk lost it
-            raise storage_error("sync", self.path, error) from error
-        self._unsettled = False
-        self._seen = self.log.stat()
+        if self._unsettled:
+            self._sync_then(lambda: self.log.mark_done_of(os.getpid()))
 
     def rows_have_answered_locked(self) -> None:
         """The saves this process answered are in the rows: MEMORY.md is synced and their
         records leave the log."""
+        self._sync_then(lambda: self.log.forget(os.getpid()))
+
+    def _sync_then(self, then: Callable[[], None]) -> None:
+        """Sync what saves appended unsynced (if any), then change the log; a failure
+        leaves the records open, replayed if the disk lost the appends."""
         try:
-            self.appender.sync()
-            self._unsettled = False
-            self.log.forget(os.getpid())
+            if self._unsettled:
+                self.appender.sync()
+            then()
         except OSError as error:
             raise storage_error("sync", self.path, error) from error
+        self._unsettled = False
         self._seen = self.log.stat()
 
     def take_untold(self) -> list[str]:

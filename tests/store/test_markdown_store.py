@@ -484,6 +484,9 @@ def test_a_save_left_unsettled_is_durable_by_its_record_and_synced_with_the_rows
     store.append_many([NewEntry(ARCHIVAL, TS, "four")], settle=False)
     store.rows_have_answered()
     assert journal_records(store) == []
+    store.append_many([NewEntry(ARCHIVAL, TS, "five")], settle=False)
+    store.close()  # a process that stops syncs what it appended first
+    assert [r["done"] for r in journal_records(store)] == [1]
 
 
 def test_appends_the_disk_lost_are_written_again_from_their_records_in_order(
