@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from oryxmem.config import Config
@@ -107,6 +107,12 @@ class DerivedIndex(ABC):
         that keeps a row's neighbours with it says which); none by default."""
         return []
 
+    def carry_over(self, db: Database, stored: int) -> bool:
+        """Tables stored for another identity (``stored``): bring them to this one in
+        place, keeping what they hold, and say so; or say no (the default), and they are
+        dropped and made again from the rows. The caller holds a write transaction."""
+        return False
+
 
 class SessionIndex(Protocol):
     """An index made from the sessions' messages (sessions.messages_json), not the rows:
@@ -169,9 +175,15 @@ def built_state(db: Executes, index: DerivedIndex) -> IndexState | None:
 
 
 def ensure_built(db: Database, index: DerivedIndex) -> None:
-    """Make the index (again), empty, when it was not built here at its version: quick.
-    The caller holds a write transaction."""
-    if built_state(db, index) is None:
+    """Make the index (again), empty, when it was not built here at its version: quick;
+    or carry over what was built for its previous version, when it can. The caller holds
+    a write transaction."""
+    if built_state(db, index) is not None:
+        return
+    stored = read_index_state(db, index)
+    if stored is not None and index.carry_over(db, stored.identity):
+        write_index_state(db, index, replace(stored, identity=index.identity()))
+    else:
         rebuild(db, index)
 
 
@@ -362,11 +374,9 @@ def catch_up(
     """Take in changes since the cursor (up to the change ``through``, when given), then
     continue a rebuild; the caller holds a write transaction. At most max_steps batches of
     ``rows`` (None: the index's own batch; until caught up). Returns the rows taken in."""
+    ensure_built(db, index)
     state = built_state(db, index)
-    if state is None:
-        rebuild(db, index)
-        state = read_index_state(db, index)
-        assert state is not None
+    assert state is not None
     taken = steps = 0
     while max_steps is None or steps < max_steps:
         step = next_step(db, index, state, rows, through)

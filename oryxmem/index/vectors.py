@@ -93,7 +93,10 @@ _MATRICES_LOCK = threading.Lock()
 
 class VectorIndex(DerivedIndex):
     name = "vectors"
-    version = 1
+    # 2: memory_vectors is a rowid table, its key a unique index: a step's vectors are
+    # appended in order (a step of 256 held the write lock 16 ms when the table was keyed
+    # by the text's hash, its writes spread over the table's pages; 1.5 ms so).
+    version = 2
     # Rows a step embeds, then writes in one transaction: about a second of work on 2
     # cores. Fewer, larger writes: the write lock is taken less often for the same rows.
     batch = 256
@@ -102,7 +105,8 @@ class VectorIndex(DerivedIndex):
     def __init__(self, config: Config | None = None) -> None:
         super().__init__(config)
         self._embedder: Embedder | None = None
-        self._prepared: dict[str, npt.NDArray[np.float32]] = {}
+        self._keys: dict[str, str] = {}  # text -> its key, for the rows prepared
+        self._prepared: dict[str, bytes] = {}  # key -> its vector, float16
         self._seen: dict[str, tuple[int, int]] = {}  # agent -> (data_version, writes) looked at
 
     @classmethod
@@ -119,8 +123,26 @@ class VectorIndex(DerivedIndex):
 
     def identity(self) -> int:
         """The version and the model: vectors of another model are made again."""
-        material = f"{self.version}\n{self.embedder.model_id}".encode()
+        return self._identity_at(self.version)
+
+    def _identity_at(self, version: int) -> int:
+        material = f"{version}\n{self.embedder.model_id}".encode()
         return int(hashlib.blake2b(material, digest_size=6).hexdigest(), 16)
+
+    def carry_over(self, db: Database, stored: int) -> bool:
+        """The vectors of this model stored at version 1 (memory_vectors keyed by the
+        text's hash) are copied into the table as version 2 keeps them, not embedded
+        again: once, a few seconds at 100,000 vectors."""
+        if stored != self._identity_at(1):
+            return False
+        db.execute("ALTER TABLE memory_vectors RENAME TO memory_vectors_1")
+        self._create_vectors(db)
+        db.execute(
+            "INSERT INTO memory_vectors(key, vector) SELECT key, vector FROM memory_vectors_1"
+        )
+        db.execute("DROP TABLE memory_vectors_1")
+        self._forget_copies(db)
+        return True
 
     def close(self) -> None:
         if self._embedder is not None:
@@ -128,10 +150,16 @@ class VectorIndex(DerivedIndex):
 
     # --- the tables ---------------------------------------------------------------
 
-    def create(self, db: Database) -> None:
+    @staticmethod
+    def _create_vectors(db: Database) -> None:
         db.execute(
-            "CREATE TABLE memory_vectors (key TEXT PRIMARY KEY, vector BLOB NOT NULL) WITHOUT ROWID"
+            "CREATE TABLE memory_vectors (id INTEGER PRIMARY KEY, key TEXT NOT NULL,"
+            " vector BLOB NOT NULL)"
         )
+        db.execute("CREATE UNIQUE INDEX memory_vectors_key ON memory_vectors(key)")
+
+    def create(self, db: Database) -> None:
+        self._create_vectors(db)
         db.execute(
             "CREATE TABLE memory_vector_rows (row_id INTEGER PRIMARY KEY, agent TEXT NOT NULL,"
             " key TEXT NOT NULL, step INTEGER NOT NULL)"
@@ -149,6 +177,10 @@ class VectorIndex(DerivedIndex):
     def drop(self, db: Database) -> None:
         for table in ("memory_vector_gone", "memory_vector_rows", "memory_vectors"):
             db.execute(f"DROP TABLE IF EXISTS {table}")
+        self._forget_copies(db)
+
+    @staticmethod
+    def _forget_copies(db: Executes) -> None:
         path = database_file(db)
         with _MATRICES_LOCK:  # this process's copies, of any model, are stale now
             for key in [key for key in _MATRICES if key[0] == path]:
@@ -196,28 +228,31 @@ class VectorIndex(DerivedIndex):
         self._matrices(db).writes += 1
 
     def prepare(self, rows: Sequence[IndexRow]) -> None:
-        """Embed these rows' texts now, outside any transaction, for add() to take."""
-        todo = {text_key(r.content): r.content for r in rows}
+        """Embed these rows' texts now, outside any transaction, for add() to take: each
+        text's key, and its vector as the float16 bytes that are stored."""
+        for row in rows:
+            if row.content not in self._keys:
+                self._keys[row.content] = text_key(row.content)
+        todo = {self._keys[r.content]: r.content for r in rows}
         todo = {k: t for k, t in todo.items() if k not in self._prepared}
         if todo:
-            vectors = self.embedder.embed_backlog(list(todo.values()))
-            self._prepared.update(zip(todo, vectors, strict=True))
+            vectors = self.embedder.embed_backlog(list(todo.values())).astype(np.float16)
+            self._prepared.update(zip(todo, (v.tobytes() for v in vectors), strict=True))
 
     def add(self, db: Database, rows: Sequence[IndexRow]) -> None:
         if not rows:
             return
-        keys = [text_key(r.content) for r in rows]
+        keys = [self._keys.get(r.content) or text_key(r.content) for r in rows]
         have = {
             row[0]
             for row in select_in(db, "SELECT key FROM memory_vectors WHERE key IN ({marks})", keys)
         }
         missing = [r for r, k in zip(rows, keys, strict=True) if k not in have]
         self.prepare(missing)  # what no one prepared (it changed meanwhile): small, here
-        new = {k: self._prepared[k] for r, k in zip(rows, keys, strict=True) if k not in have}
         insert_values(
             db,
             "INSERT OR IGNORE INTO memory_vectors(key, vector)",
-            [(k, v.astype(np.float16).tobytes()) for k, v in new.items()],
+            [(k, self._prepared[k]) for k in dict.fromkeys(keys) if k not in have],
         )
         step = self._last_step(db) + 1
         insert_values(
@@ -225,8 +260,9 @@ class VectorIndex(DerivedIndex):
             "INSERT OR REPLACE INTO memory_vector_rows(row_id, agent, key, step)",
             [(r.row_id, r.agent, k, step) for r, k in zip(rows, keys, strict=True)],
         )
-        for k in keys:
-            self._prepared.pop(k, None)
+        for row, key in zip(rows, keys, strict=True):
+            self._prepared.pop(key, None)
+            self._keys.pop(row.content, None)
         self._matrices(db).writes += 1
 
     # --- searching ------------------------------------------------------------------

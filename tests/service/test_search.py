@@ -221,6 +221,48 @@ def test_vectors_are_derived_dropped_they_are_made_again(service: MemoryService)
     fresh.close()
 
 
+def test_vectors_stored_by_the_previous_version_are_carried_over_not_embedded_again(
+    service: MemoryService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A database whose vectors an older oryxmem stored (version 1: memory_vectors keyed
+    by the text's hash, WITHOUT ROWID) keeps them: copied into today's table, the index's
+    cursor where it was, no row embedded again."""
+    from oryxmem.index import vectors as vectors_module
+
+    while service.embed_step():
+        pass
+    before = contents(service.search("coder", "hot drinks", mode="semantic").hits)
+    vectors = service.vector_index()
+    assert vectors is not None
+    old_identity = vectors._identity_at(1)
+    cursor = read_index_state(service.db, vectors).cursor  # type: ignore[union-attr]
+    service.close()
+    sql(
+        service.workspace,
+        "BEGIN; ALTER TABLE memory_vectors RENAME TO v2;"
+        " CREATE TABLE memory_vectors (key TEXT PRIMARY KEY, vector BLOB NOT NULL) WITHOUT ROWID;"
+        " INSERT INTO memory_vectors SELECT key, vector FROM v2; DROP TABLE v2;"
+        f" UPDATE index_state SET version = {old_identity} WHERE name = 'vectors'; COMMIT;",
+    )
+    vectors_module._MATRICES.clear()  # as a new process
+
+    def no_embedding(*args: Any) -> None:
+        raise AssertionError("a carried-over vector was embedded again")
+
+    fresh = MemoryService(service.workspace, Config.load(service.workspace.config_path))
+    index = fresh.vector_index()
+    assert index is not None
+    monkeypatch.setattr(index.embedder, "embed_backlog", no_embedding)
+    assert fresh.embed_step() == 0  # carried over, and nothing left to embed
+    assert contents(fresh.search("coder", "hot drinks", mode="semantic").hits) == before
+    state = read_index_state(fresh.db, index)
+    assert state is not None and (state.identity, state.cursor) == (index.identity(), cursor)
+    shape = sql(service.workspace, "SELECT sql FROM sqlite_master WHERE name = 'memory_vectors'")
+    assert "WITHOUT ROWID" not in shape and "id INTEGER PRIMARY KEY" in shape
+    assert sql(service.workspace, "SELECT count(*) FROM memory_vectors").strip() == str(len(MEMORY))
+    fresh.close()
+
+
 def test_another_embedder_embeds_everything_again(workspace: Workspace) -> None:
     fill(workspace, "coder", MEMORY)
     with embeddings_server() as (url, seen):
