@@ -26,9 +26,11 @@ no call). A mirror
 costs far less per entry in a big transaction than in many small ones, and the
 indexes that follow saves (the words) take the saves' rows in within it (up to
 upkeep.FOLLOW_ROWS; the indexer takes any more).
-When there is nothing else to do, and at least every INDEX_MAX_LAG_SECONDS under
-load, they take in what a reconcile changed (recall is exact meanwhile: it checks
-the rows the index has not taken in; a search has them taken in first). A backlog (more than
+They take in what a reconcile changed right after it (unless saves wait: then
+after their mirror), so that another program's write is followed by the daemon's
+in one burst; and what is left when there is nothing else to do, and at least
+every INDEX_MAX_LAG_SECONDS under load (recall is exact meanwhile: it checks the
+rows the index has not taken in; a search has them taken in first). A backlog (more than
 upkeep.BACKLOG_ROWS: a restore, a pull, a reindex) is not taken in here but by the
 indexer thread, so no save or search waits for it. Searches are ranked on the
 reader threads (readers.py), not here: only that catch-up runs on this thread.
@@ -97,9 +99,15 @@ class _Call:
     mirrors_first: bool = True
 
 
+@dataclass
 class _Wake:
     """Wakes the thread for work of its own (a tool call's record to mirror, the indexes
     to follow a reconcile): no call, so it does not mirror at once as a call would."""
+
+    # The indexes take in what a reconcile changed now, not once the thread has been
+    # idle a while: another program's write is followed by the daemon's in one burst,
+    # and the lock is free long before that program (a script) writes again.
+    follow: bool = False
 
 
 Job = _Save | _Call | _Wake
@@ -276,7 +284,7 @@ class MemoryWorker:
     def indexes_changed(self) -> None:
         """Rows changed behind the service's back (a reconcile): let the indexes follow."""
         self._indexes_behind = True
-        self._queue(_Wake())  # wakes the thread (a call would mirror the saves first)
+        self._queue(_Wake(follow=True))  # (a call would mirror the saves first)
         self.on_mirrored()
 
     # --- the thread -------------------------------------------------------------
@@ -359,6 +367,7 @@ class MemoryWorker:
 
     def _run_batch(self, batch: list[Job]) -> None:
         saves: dict[str, list[_Save]] = {}
+        follow = False
         for job in batch:
             if isinstance(job, _Save):
                 saves.setdefault(job.ref.agent, []).append(job)
@@ -366,8 +375,12 @@ class MemoryWorker:
                 if job.mirrors_first and self.saving.unmirrored_agents:
                     self._mirror()  # a reader sees every acknowledged save
                 self._run_call(job)
+            else:
+                follow = follow or job.follow
         if saves:
             self._save_groups(self._not_put_off(list(saves.values())))
+        elif follow and not self.saving.unmirrored_agents:  # (else the mirror's step)
+            self._index_step()
 
     def _not_put_off(self, groups: list[list[_Save]]) -> list[list[_Save]]:
         """The groups to write now; the others wait (in order) while another program is

@@ -134,6 +134,45 @@ def test_the_indexes_do_not_wait_for_a_lock_a_mirror_just_met(
     assert followed == [1]
 
 
+def test_the_indexes_follow_a_reconcile_at_once_and_a_save_s_mirror_first(
+    service: MemoryService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another program's write is taken in by the daemon in one burst: after the reconcile,
+    the indexes' step comes at once, not once the thread has been idle a while (when that
+    program may be writing again). With saves waiting, their mirror (which the indexes
+    follow) comes first."""
+    monkeypatch.setattr(worker_module, "INDEX_IDLE_SECONDS", 3600.0)  # no step when idle
+    monkeypatch.setattr(worker_module, "INDEX_MAX_LAG_SECONDS", 3600.0)  # nor under load
+    worker = MemoryWorker(service, on_lagging=lambda agent: None)
+    order: list[str] = []
+    real_mirror = service.saving.mirror_saves
+
+    def mirror(**kwargs: Any) -> list[str]:
+        order.append("mirror")
+        return real_mirror(**kwargs)
+
+    def follow() -> int:
+        order.append("follow")
+        return 0
+
+    monkeypatch.setattr(service.saving, "mirror_saves", mirror)
+    monkeypatch.setattr(service.upkeep, "follow_saves", follow)
+    worker.start()
+    try:
+        worker.call(lambda s: None).result(timeout=30)
+        order.clear()
+        worker.indexes_changed()  # a reconcile changed rows
+        worker.call(lambda s: None).result(timeout=30)  # after the wake, in order
+        assert order == ["follow"]
+        order.clear()
+        worker.save(service.resolve("coder"), SaveRequest("a save")).result(timeout=30)
+        worker.indexes_changed()
+        worker.flush()
+        assert order[0] == "mirror"
+    finally:
+        worker.stop()
+
+
 def test_a_call_mirrors_the_saves_first_but_not_tool_records_alone(
     service: MemoryService,
 ) -> None:
