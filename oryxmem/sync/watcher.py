@@ -3,8 +3,9 @@
 - watchdog events under ``.oryxos/agents/`` and ``.oryxos/memory/`` (a file
   created, moved, deleted, or closed after a write), debounced per agent;
 - a write to the database by another process: ``PRAGMA data_version`` moves
-  (checked 10 times a second, a counter read); the ``memory_changes`` rows
-  then say which agents;
+  (checked 10 times a second, a counter read, and at once when a program closes
+  the database's WAL after writing it: the sqlite3 shell, a script); the
+  ``memory_changes`` rows then say which agents;
 - catch-up at start, and a jittered periodic rescan, because inotify drops
   events under load; when the kernel says it did (its event queue overflowed),
   a rescan at once.
@@ -112,8 +113,14 @@ def agent_for_path(workspace: Workspace, path: str) -> str | None:
 class _Events(FileSystemEventHandler):
     def __init__(self, watcher: SyncWatcher) -> None:
         self.watcher = watcher
+        db = watcher.workspace.db_path
+        self.database_files = {str(db), f"{db}-wal"}
 
     def on_any_event(self, event: FileSystemEvent) -> None:
+        source = event.src_path
+        if (source.decode() if isinstance(source, bytes) else source) in self.database_files:
+            self.watcher.look_at_database_now()  # closed by a writer: not by us, whose
+            return  # connections stay open
         agents = set()
         for raw in (event.src_path, getattr(event, "dest_path", "")):
             if raw:
@@ -174,6 +181,7 @@ class SyncWatcher:
         self.reconciles = 0
         self.overflows = 0
         self._rescan_now = False
+        self._poll_now = False
         self._watched: list[tuple[int, int] | None] = []
         self._deferred: set[str] = set()  # agents whose reconcile waits (git is busy)
         self._overflow_hook = _OverflowHook(self)
@@ -206,6 +214,14 @@ class SyncWatcher:
             self._rescan_now = True
             self._lock.notify()
 
+    def look_at_database_now(self) -> None:
+        """Ask the database at once whether another connection committed (a program
+        that wrote it has closed it): the daemon follows its write right away, and its
+        own writes are over long before that program (a script) writes again."""
+        with self._lock:
+            self._poll_now = True
+            self._lock.notify()
+
     def schedule(self, agent: str, delay: float = DEBOUNCE_SECONDS) -> None:
         now = time.monotonic()
         with self._lock:
@@ -232,13 +248,13 @@ class SyncWatcher:
             kinds.insert(0, Observer)  # inotify; polling when the kernel's limits are hit
         for kind in kinds:
             observer = kind()
-            for folder, recursive in (
-                (self.workspace.agents_dir, True),
-                (self.workspace.global_memory_dir, False),
+            closed: list[type[FileSystemEvent]] = [FileClosedEvent]  # the database's
+            for folder, recursive, events in (
+                (self.workspace.agents_dir, True, WATCHED_EVENTS),
+                (self.workspace.global_memory_dir, False, WATCHED_EVENTS),
+                (self.workspace.db_path.parent, False, closed),
             ):
-                observer.schedule(
-                    handler, str(folder), recursive=recursive, event_filter=WATCHED_EVENTS
-                )
+                observer.schedule(handler, str(folder), recursive=recursive, event_filter=events)
             try:
                 observer.start()
             except OSError as error:
@@ -326,6 +342,8 @@ class SyncWatcher:
         with self._lock:
             if self._rescan_now:
                 self._rescan_now, clocks.next_rescan = False, time.monotonic()
+            if self._poll_now:
+                self._poll_now, clocks.next_poll = False, time.monotonic()
             wake = min(
                 [clocks.next_rescan, clocks.next_poll, *(at for at, _ in self._due.values())]
             )

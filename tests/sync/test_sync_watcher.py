@@ -44,6 +44,24 @@ def test_own_writes_do_not_echo_into_a_loop(workspace: Workspace, running: SyncW
     assert running.last_error is None
 
 
+def test_a_program_closing_the_database_after_its_write_is_followed_at_once(
+    workspace: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sqlite3 shell's INSERT is taken into MEMORY.md as soon as the shell closes the
+    database, not at the next look at data_version (here: an hour away)."""
+    monkeypatch.setattr(watcher_module, "DB_POLL_SECONDS", 3600.0)
+    watcher = SyncWatcher(workspace)
+    watcher.start()
+    try:
+        assert watcher.ready.wait(30)
+        sql(workspace, "INSERT INTO memory_entries(agent, content) VALUES ('coder', 'by a script')")
+        path = workspace.memory_path("coder")
+        wait_until(lambda: path.exists() and "by a script" in path.read_text(), timeout=30)
+        assert disagreements(workspace) == []
+    finally:
+        watcher.stop()
+
+
 def test_falls_back_to_polling_when_inotify_limits_are_hit(
     workspace: Workspace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
