@@ -110,25 +110,36 @@ def agent_for_path(workspace: Workspace, path: str) -> str | None:
     return None
 
 
+def _text(path: str | bytes) -> str:
+    return path.decode() if isinstance(path, bytes) else path
+
+
 class _Events(FileSystemEventHandler):
     def __init__(self, watcher: SyncWatcher) -> None:
         self.watcher = watcher
-        db = watcher.workspace.db_path
-        self.database_files = {str(db), f"{db}-wal"}
 
     def on_any_event(self, event: FileSystemEvent) -> None:
-        source = event.src_path
-        if (source.decode() if isinstance(source, bytes) else source) in self.database_files:
-            self.watcher.look_at_database_now()  # closed by a writer: not by us, whose
-            return  # connections stay open
         agents = set()
         for raw in (event.src_path, getattr(event, "dest_path", "")):
             if raw:
-                path = raw.decode() if isinstance(raw, bytes) else raw
-                agents.add(agent_for_path(self.watcher.workspace, path))
+                agents.add(agent_for_path(self.watcher.workspace, _text(raw)))
         for agent in agents:  # a rename within an agent's folder names it twice
             if agent is not None and not self.watcher.is_own_write(agent):
                 self.watcher.schedule(agent)
+
+
+class _DatabaseClosed(FileSystemEventHandler):
+    """The database (or its WAL) closed after a write: by another program, since this
+    process's connections stay open. The database is looked at at once."""
+
+    def __init__(self, watcher: SyncWatcher) -> None:
+        self.watcher = watcher
+        db = watcher.workspace.db_path
+        self.files = {str(db), f"{db}-wal"}
+
+    def on_closed(self, event: FileSystemEvent) -> None:
+        if _text(event.src_path) in self.files:
+            self.watcher.look_at_database_now()
 
 
 @dataclass
@@ -248,13 +259,19 @@ class SyncWatcher:
             kinds.insert(0, Observer)  # inotify; polling when the kernel's limits are hit
         for kind in kinds:
             observer = kind()
-            closed: list[type[FileSystemEvent]] = [FileClosedEvent]  # the database's
-            for folder, recursive, events in (
-                (self.workspace.agents_dir, True, WATCHED_EVENTS),
-                (self.workspace.global_memory_dir, False, WATCHED_EVENTS),
-                (self.workspace.db_path.parent, False, closed),
+            for folder, recursive in (
+                (self.workspace.agents_dir, True),
+                (self.workspace.global_memory_dir, False),
             ):
-                observer.schedule(handler, str(folder), recursive=recursive, event_filter=events)
+                observer.schedule(
+                    handler, str(folder), recursive=recursive, event_filter=WATCHED_EVENTS
+                )
+            observer.schedule(
+                _DatabaseClosed(self),
+                str(self.workspace.db_path.parent),
+                recursive=False,
+                event_filter=[FileClosedEvent],
+            )
             try:
                 observer.start()
             except OSError as error:

@@ -48,9 +48,10 @@ def test_a_program_closing_the_database_after_its_write_is_followed_at_once(
     workspace: Workspace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The sqlite3 shell's INSERT is taken into MEMORY.md as soon as the shell closes the
-    database, not at the next look at data_version (here: an hour away)."""
+    database, not at the next look at data_version or the next rescan (here: an hour
+    away)."""
     monkeypatch.setattr(watcher_module, "DB_POLL_SECONDS", 3600.0)
-    watcher = SyncWatcher(workspace)
+    watcher = SyncWatcher(workspace, rescan_seconds=3600.0)
     watcher.start()
     try:
         assert watcher.ready.wait(30)
