@@ -83,7 +83,9 @@ def evaluate(data: Path) -> tuple[Scores, list[float], ByConversation]:
                 started = time.perf_counter()
                 hybrid = service.search_episodes(conversation.sample_id, question.text, max(KS))
                 times.append((time.perf_counter() - started) * 1000)
-                bm25 = words.search(service.db, conversation.sample_id, question.text, max(KS))
+                bm25 = words.search(
+                    service.index_db, conversation.sample_id, question.text, max(KS)
+                )
                 for name, hits in (("hybrid rounds", hybrid), ("bm25 rounds", bm25)):
                     for k in KS:
                         ids = set().union(*(held[(h.session, h.round)] for h in hits[:k]))

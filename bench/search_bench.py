@@ -137,6 +137,7 @@ def seed(workspace: Workspace, agents: dict[str, list[str]]) -> None:
     vectors = service.vector_index()
     assert vectors is not None
     rng = np.random.default_rng(7)
+    db = service.index_db  # the vectors' file, the rows attached
     with write_transaction(db):
         vectors.drop(db)
         vectors.create(db)
@@ -192,7 +193,7 @@ def seed_sessions(workspace: Workspace, agent: str, count: int, rounds_each: int
     vectors = service.vector_index()
     assert vectors is not None
     index = EpisodeIndex(random_vectors, None, vectors.embedder.model_id)
-    while index.catch_up(db, 200):
+    while index.catch_up(service.index_db, 200):
         pass
     service.close()
 

@@ -29,6 +29,7 @@ from oryxmem.fileio import FileLock
 from oryxmem.store.base import LongTermMemoryStore, StoreLimits
 from oryxmem.store.db import connect, write_transaction
 from oryxmem.store.format import ARCHIVAL, NewEntry, numbered, parse, render_entry_line
+from oryxmem.store.indexdb import connect_index
 from oryxmem.store.markdown import MarkdownMemoryStore
 from oryxmem.store.rows import insert_rows
 from oryxmem.workspace import Workspace
@@ -96,8 +97,9 @@ def measure(count: int, repeat: int) -> list[Figure]:
             clock=lambda: TS,
             limits=limits,
         )
+        rows_db = connect(workspace.db_path)
         sqlite = SqliteMemoryStore(
-            connect(workspace.db_path), agent, clock=lambda: TS, limits=limits
+            rows_db, connect_index(workspace.db_path), agent, clock=lambda: TS, limits=limits
         )
         first_load = time_calls(markdown.load, 1)[0]  # a cold parse of the whole file
         big = count > 1000

@@ -24,17 +24,31 @@ if TYPE_CHECKING:
 
 class SqliteMemoryStore(LongTermMemoryStore):
     def __init__(
-        self, db: Database, agent: str, *, clock: Clock, limits: StoreLimits, source: str = "api"
+        self,
+        db: Database,
+        index_db: Database,
+        agent: str,
+        *,
+        clock: Clock,
+        limits: StoreLimits,
+        source: str = "api",
     ) -> None:
         super().__init__(clock=clock, limits=limits)
         self.db = db
+        self.index_db = index_db  # the keyword index's file (store/indexdb.py)
         self.agent = agent
         self.source = source
         self.keyword = KeywordIndex()
 
     @classmethod
     def for_agent(cls, agent: str, resources: StoreResources) -> SqliteMemoryStore:
-        return cls(resources.database(), agent, clock=resources.clock, limits=resources.limits)
+        return cls(
+            resources.database(),
+            resources.index_database(),
+            agent,
+            clock=resources.clock,
+            limits=resources.limits,
+        )
 
     def _append(self, addition: EntryText) -> Entry:
         with write_transaction(self.db):
@@ -42,7 +56,8 @@ class SqliteMemoryStore(LongTermMemoryStore):
             ids = EntryIds.counting(ids_of_repeats(self.db, self.agent, key))
             entry = ids.entry(addition.scope, addition.ts, addition.content)
             insert_rows(self.db, self.agent, [entry], self.source)
-            catch_up(self.db, self.keyword, max_steps=1)
+        with write_transaction(self.index_db):  # its own file: after the row's commit
+            catch_up(self.index_db, self.keyword, max_steps=1)
         return entry
 
     def _scope_rows(self, scope: str, newest_first: bool = False) -> Any:
@@ -77,6 +92,6 @@ class SqliteMemoryStore(LongTermMemoryStore):
         return MemorySnapshot(core, replace(window, omitted=total - len(window.lines)), total)
 
     def _recall(self, folded_keyword: str) -> list[Entry]:
-        with write_transaction(self.db):
-            catch_up(self.db, self.keyword)
-        return self.keyword.recall(self.db, self.agent, folded_keyword)
+        with write_transaction(self.index_db):
+            catch_up(self.index_db, self.keyword)
+        return self.keyword.recall(self.index_db, self.agent, folded_keyword)

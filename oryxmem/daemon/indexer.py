@@ -12,13 +12,12 @@ searches go first on a busy machine. It is woken when saves were mirrored, a rec
 changed rows or a message was added to a session, and looks on its own every
 RESCAN_SECONDS.
 
-Each of its writes holds the database's write lock, and another program writing the
-tables without a busy timeout fails meanwhile; so a trickle of rows (fewer than a
-batch: the saves of one client) waits up to GATHER_SECONDS for more and is embedded in
-one step, not one step a mirror. A search embeds the few rows the vectors lack itself
-(vectors.FRESH_ROWS), so it finds them by meaning meanwhile. What it writes is derived
-(rebuilt from the rows if lost), so its commits are not synced (synchronous=NORMAL): a
-shorter hold of the lock, and no fsync competing with the saves'.
+Its writes go to the index file (store/indexdb.py), whose write lock no other program
+takes, and are not synced (that file is derived: made again from the rows if a power
+cut takes a commit back). A trickle of rows (fewer than a batch: the saves of one
+client) waits up to GATHER_SECONDS for more and is embedded in one step, not one step a
+mirror: fuller batches for the model, fewer writes. A search embeds the few rows the
+vectors lack itself (vectors.FRESH_ROWS), so it finds them by meaning meanwhile.
 """
 
 from __future__ import annotations
@@ -57,7 +56,6 @@ class Indexer(Background):
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), NICENESS)
         except OSError as error:  # not allowed here: it runs at the usual priority
             log.info("the indexer keeps its priority: %s", error)
-        self.service.db.execute("PRAGMA synchronous = NORMAL")  # derived only: see above
 
     def step(self) -> bool:
         taken = self.upkeep.words_step()

@@ -38,6 +38,7 @@ from oryxmem.heap import share_arenas
 from oryxmem.registry import BACKENDS, backend_work
 from oryxmem.service import MemoryService
 from oryxmem.store.db import connect
+from oryxmem.store.indexdb import connect_index
 from oryxmem.sync.engine import AgentReport
 from oryxmem.sync.gitmerge import ConflictTeller
 from oryxmem.sync.watcher import SyncWatcher
@@ -106,6 +107,7 @@ class Daemon:
             self.socket_path = socket_path(self.workspace, self.config)
             sock = sockets.bind(self.socket_path)
         connect(self.workspace.db_path).close()  # create and migrate it once, before the threads
+        connect_index(self.workspace.db_path).close()  # and the index file beside it
         # The memory thread's: it catches the indexes up when asked (api.ranked), never embeds.
         service = MemoryService(self.workspace, self.config, in_daemon=True)
         self.watcher = SyncWatcher(

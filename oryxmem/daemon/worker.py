@@ -427,7 +427,8 @@ class MemoryWorker:
         if self.saving.unmirrored_since is None:
             return
         self._mirrored_at = time.monotonic()
-        with brief_wait(self.saving.shared.db, LOCKED_WAIT_MS):
+        shared = self.saving.shared
+        with brief_wait(shared.db, LOCKED_WAIT_MS), brief_wait(shared.index_db, LOCKED_WAIT_MS):
             lagging = self.saving.mirror_saves(indexes_follow=True)
         for agent in lagging:
             self.on_lagging(agent)  # the rows lag behind the file: reconcile soon
@@ -435,10 +436,8 @@ class MemoryWorker:
         self.on_mirrored()
 
     def _index_step(self) -> None:
-        if time.monotonic() < self.saving.mirror_not_before:
-            return  # a mirror just met another program's lock: this would wait for it too
         try:
-            with brief_wait(self.saving.shared.db, LOCKED_WAIT_MS):
+            with brief_wait(self.saving.shared.index_db, LOCKED_WAIT_MS):
                 self.upkeep.follow_saves()  # not a backlog: that is the indexer's
                 self._indexes_behind = not self.upkeep.words_caught_up()
         except Exception as error:  # derived: retried later, never in the way of a save

@@ -40,12 +40,12 @@ from oryxmem.index.terms import index_text, match_any, query_terms
 from oryxmem.index.vectors import normalised_top
 from oryxmem.store.db import (
     Executes,
-    database_file,
     insert_values,
     read_snapshot,
     select_in,
     write_transaction,
 )
+from oryxmem.store.dbfile import database_file
 
 if TYPE_CHECKING:
     from datetime import date

@@ -39,7 +39,8 @@ from oryxmem.index import (
     pending,
 )
 from oryxmem.index.packed import PackedVectors
-from oryxmem.store.db import Executes, database_file, insert_values, select_in
+from oryxmem.store.db import Executes, insert_values, select_in
+from oryxmem.store.dbfile import database_file
 
 if TYPE_CHECKING:
     import numpy.typing as npt

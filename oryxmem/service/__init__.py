@@ -154,6 +154,11 @@ class MemoryService:
     def db(self) -> Database:
         return self.shared.db
 
+    @property
+    def index_db(self) -> Database:
+        """The derived indexes' file, the rows attached read-only (store/indexdb.py)."""
+        return self.shared.index_db
+
     def close(self) -> None:
         self.shared.close()
 

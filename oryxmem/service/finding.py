@@ -31,8 +31,9 @@ from oryxmem.service.shared import Shared
 from oryxmem.service.upkeep import Upkeep
 from oryxmem.store import rows
 from oryxmem.store.base import fold_keyword
-from oryxmem.store.db import BUSY_TIMEOUT_MS, Executes
+from oryxmem.store.db import Executes
 from oryxmem.store.format import ARCHIVAL, Entry, has_lone_surrogate
+from oryxmem.store.indexdb import open_index_readonly
 
 log = logging.getLogger("oryxmem")
 # A MEMORY.md this large costs more to parse (about 35 ms per MB) than a look at its
@@ -86,7 +87,7 @@ class Finding:
         """How many of the agent's rows the words arm has not taken in (0 but during a
         backlog in the daemon: alone, a search has it take in every row first)."""
         words = self.upkeep.arm("words")
-        db = self.shared.db
+        db = self.shared.index_db
         if words is None or is_caught_up(db, words):
             return 0
         return pending(db, words, agent) or 0
@@ -118,13 +119,13 @@ class Finding:
                 for _ in range(SEARCH_EMBED_STEPS):
                     if not upkeep.embed_step():
                         break
-            return rank(shared.db, agent, query, POOL, mode, bm25, vectors), None
+            return rank(shared.index_db, agent, query, POOL, mode, bm25, vectors), None
         except EmbedderUnavailableError as error:
             if mode == "semantic":
                 raise
             note = f"searched by words only: {error.message}"
             log.info("%s", note)  # the caller is told in the result (the CLI prints it)
-            return rank(shared.db, agent, query, POOL, "keyword", bm25, None), note
+            return rank(shared.index_db, agent, query, POOL, "keyword", bm25, None), note
 
     def _hits(self, kept: list[Ranked], count: int, scope: str | None) -> list[SearchHit]:
         """The first ``count`` of the ranked rows in ``scope``, with their entries (read
@@ -204,13 +205,14 @@ class Finding:
         index = self.upkeep.indexes["keyword"]
         assert isinstance(index, KeywordIndex)
         if shared.db_is_open:
-            return self._rows_if_settled(shared.db, agent, stat, folded, index)
+            return self._rows_if_settled(shared.index_db, agent, stat, folded, index)
         if stat.size < ROWS_ANSWER_FROM_BYTES or not shared.workspace.db_path.exists():
             return None
-        uri = f"{shared.workspace.db_path.as_uri()}?mode=ro"
         try:
-            conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_MS / 1000)
+            conn = open_index_readonly(shared.workspace.db_path)
         except sqlite3.Error:
+            return None
+        if conn is None:
             return None
         try:
             return self._rows_if_settled(conn, agent, stat, folded, index)
@@ -245,10 +247,10 @@ class Finding:
             while upkeep.episodes_step():
                 pass
         else:
-            episodes.ensure(shared.db)
+            episodes.ensure(shared.index_db)
         try:
-            return episodes.search(shared.db, ref.agent, query, k, exclude_session)
+            return episodes.search(shared.index_db, ref.agent, query, k, exclude_session)
         except EmbedderUnavailableError as error:
             log.warning("episodes searched by words only: %s", error.message)
             words = type(episodes).for_embedder(None)  # type: ignore[attr-defined]
-            return list(words.search(shared.db, ref.agent, query, k, exclude_session))
+            return list(words.search(shared.index_db, ref.agent, query, k, exclude_session))

@@ -13,6 +13,7 @@ from oryxmem.errors import UnsafeAgentNameError
 from oryxmem.registry import BACKENDS, backend_migrations
 from oryxmem.store.base import LongTermMemoryStore, StoreLimits, StoreResources
 from oryxmem.store.db import Database, connect
+from oryxmem.store.indexdb import connect_index
 from oryxmem.store.markdown import MarkdownFiles
 from oryxmem.workspace import (
     GLOBAL_AGENT,
@@ -46,6 +47,7 @@ class Shared:
         self.clock = clock_for(lambda: config.timezone)
         self.limits = StoreLimits.of(config)
         self._db = db
+        self._index_db: Database | None = None
         self._owns_files = files is None  # shared stores are closed by their owner
         self.files = files or MarkdownFiles(workspace, clock=self.clock, limits=self.limits)
         self._backend: type[LongTermMemoryStore] | None = None
@@ -67,6 +69,15 @@ class Shared:
         return self._db
 
     @property
+    def index_db(self) -> Database:
+        """The derived indexes' file (store/indexdb.py), the rows attached read-only;
+        opened on first use, after the rows' file."""
+        if self._index_db is None:
+            _ = self.db  # made and migrated first: the index file names it
+            self._index_db = connect_index(self.workspace.db_path)
+        return self._index_db
+
+    @property
     def db_is_open(self) -> bool:
         return self._db is not None
 
@@ -74,6 +85,9 @@ class Shared:
         if self._owns_files:
             self.files.close()
         self._readers.clear()
+        if self._index_db is not None:
+            self._index_db.close()
+            self._index_db = None
         if self._db is not None:
             self._db.close()
             self._db = None
@@ -117,6 +131,7 @@ class Shared:
                 self.config,
                 self.files,
                 lambda: self.db,
+                lambda: self.index_db,
                 self.clock,
                 self.limits,
             )

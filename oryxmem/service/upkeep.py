@@ -37,7 +37,7 @@ from oryxmem.index import (
 )
 from oryxmem.registry import INDEXES, arm_index, index_names, indexes_of
 from oryxmem.service.shared import Shared
-from oryxmem.store.db import unsynced_transaction, write_transaction
+from oryxmem.store.db import write_transaction
 
 if TYPE_CHECKING:
     from oryxmem.index.vectors import VectorIndex
@@ -111,7 +111,7 @@ class Upkeep:
     def _catch_up(
         self, indexes: Sequence[DerivedIndex], max_steps: int | None, rows: int | None = None
     ) -> int:
-        return sum(catch_up(self.shared.db, index, max_steps, rows) for index in indexes)
+        return sum(catch_up(self.shared.index_db, index, max_steps, rows) for index in indexes)
 
     def take_a_step(self) -> int:
         """After a mirror: one step of FOLLOW_ROWS of each index that follows saves (the
@@ -121,7 +121,7 @@ class Upkeep:
     def catch_up_indexes(self, max_steps: int | None = None) -> int:
         """Bring the indexes that follow saves up to the rows (at most max_steps batches
         each). Returns the rows taken in; 0 when all were current."""
-        db = self.shared.db
+        db = self.shared.index_db
         behind = [index for index in self.following_saves() if not is_caught_up(db, index)]
         if not behind:
             return 0
@@ -135,7 +135,7 @@ class Upkeep:
         BACKLOG_ROWS), which the indexer thread takes in (words_step) while searches
         answer without it and say so. Each step's rows are read and prepared (stemmed)
         with no lock held, then taken in with a short write. Returns the rows taken in."""
-        db = self.shared.db
+        db = self.shared.index_db
         behind = [index for index in self.following_saves() if not is_caught_up(db, index)]
         if not behind:
             return 0
@@ -149,7 +149,7 @@ class Upkeep:
 
     def words_caught_up(self) -> bool:
         """Have the indexes that follow saves taken in every row?"""
-        return all(is_caught_up(self.shared.db, index) for index in self.following_saves())
+        return all(is_caught_up(self.shared.index_db, index) for index in self.following_saves())
 
     def words_step(self) -> int:
         """One step of each index that follows saves and has a backlog (more than
@@ -159,7 +159,7 @@ class Upkeep:
         backlog in seconds; what the saves bring is the memory thread's (two writers of
         one index would wait on each other's lock, and a save on the memory thread's).
         Returns the rows taken in; 0: no backlog."""
-        db = self.shared.db
+        db = self.shared.index_db
         taken = 0
         for index in self.following_saves():
             if is_caught_up(db, index):
@@ -177,7 +177,7 @@ class Upkeep:
     def only_a_trickle_to_embed(self) -> bool:
         """Do the slow indexes (the vectors) lack some rows, but fewer than one batch of
         each? Each counted up to its batch: a probe, whatever the backlog."""
-        db = self.shared.db
+        db = self.shared.index_db
         slow = [index for index in self.indexes.values() if not index.follows_saves]
         waiting = [waiting_rows(db, index, index.batch) for index in slow]
         return any(waiting) and all(n < i.batch for n, i in zip(waiting, slow, strict=True))
@@ -186,7 +186,7 @@ class Upkeep:
         """One step of each slow index (the vectors): the rows of the next batch are
         prepared (embedded) outside any transaction, then taken in with a short write.
         Returns the rows taken in; 0 when all were current."""
-        db = self.shared.db
+        db = self.shared.index_db
         taken = 0
         for index in self.indexes.values():
             if index.follows_saves or is_caught_up(db, index):
@@ -199,21 +199,21 @@ class Upkeep:
     def _prepared_steps(self, indexes: Sequence[DerivedIndex], rows: int | None = None) -> int:
         """One step of catch_up of each index: its rows read and prepared (stemmed,
         embedded) with no lock held, then all taken in with one short write that goes no
-        further than what was prepared (saves that came meanwhile are the next step's),
-        committed without a sync. Returns the rows taken in."""
-        db = self.shared.db
+        further than what was prepared (saves that came meanwhile are the next step's).
+        Returns the rows taken in."""
+        db = self.shared.index_db
         self._ensure_built(indexes)
         ahead = [(index, step) for index in indexes if (step := upcoming(db, index, rows))]
         if not ahead:
             return 0
         for index, step in ahead:
             index.prepare(step.rows)  # the slow part
-        with unsynced_transaction(db):  # derived: rebuilt from the rows if a power cut takes it
+        with write_transaction(db):
             return sum(take_step(db, index, step, rows) for index, step in ahead)
 
     def _ensure_built(self, indexes: Sequence[DerivedIndex]) -> None:
         """Make the indexes not built here at their version (empty, to be caught up)."""
-        db = self.shared.db
+        db = self.shared.index_db
         unbuilt = [index for index in indexes if built_state(db, index) is None]
         if unbuilt:
             with write_transaction(db):
@@ -245,13 +245,15 @@ class Upkeep:
     def start_reindex(self, agent: str | None) -> dict[str, Any]:
         """Have every index take the rows in again (one agent's, or all): the fast ones at
         once, the vectors by embed_step (the daemon's indexer thread, or reindex())."""
-        db = self.shared.db
-        with write_transaction(db):
-            if agent is None:
+        db = self.shared.index_db
+        if agent is None:
+            with write_transaction(db):
                 for index in self.indexes.values():
                     rebuild(db, index)
-            else:  # a change of each of its rows: every index takes them in again
-                db.execute(
+        else:  # a change of each of its rows (in the rows' file): every index takes them in
+            rows_db = self.shared.db
+            with write_transaction(rows_db):
+                rows_db.execute(
                     "INSERT INTO memory_changes(op, row_id, agent)"
                     " SELECT 'reindex', id, agent FROM memory_entries WHERE agent = ?",
                     [agent],
@@ -277,7 +279,7 @@ class Upkeep:
 
     def index_summary(self) -> dict[str, Any]:
         """How far each index is behind the rows; the vectors' model too."""
-        db = self.shared.db
+        db = self.shared.index_db
         summary: dict[str, Any] = {}
         vectors = self.vector_index()
         for name, index in self.indexes.items():
@@ -312,5 +314,5 @@ class Upkeep:
     def episodes_step(self) -> int:
         """Each index made from sessions takes in the sessions whose messages changed
         since (one batch); 0: all current."""
-        db = self.shared.db
+        db = self.shared.index_db
         return sum(index.catch_up(db) for index in self.from_sessions.values())

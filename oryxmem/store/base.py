@@ -66,6 +66,7 @@ class StoreResources:
     config: Config
     files: MarkdownFiles
     database: Callable[[], Database]  # opened on first use
+    index_database: Callable[[], Database]  # the derived indexes' file (store/indexdb.py)
     clock: Clock
     limits: StoreLimits
 

@@ -6,7 +6,7 @@ oryxmem runs need nothing more. sqlite-utils applies the schema's migrations
 command that saves one line should not wait for that.
 
 The connections one process opens on one file take its write lock through one gate of
-their own (``_gate``), so a thread that must not be held up can wait for the process's
+their own (``gate_of``), so a thread that must not be held up can wait for the process's
 own writers and for another program's each as long as it chooses (``brief_wait``):
 SQLite's busy timeout cannot tell them apart.
 """
@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
-import stat
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -25,6 +24,11 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar, cast
 
 from oryxmem.errors import StorageError
+
+# Executes and BUSY_TIMEOUT_MS are used by every reader of the database: named here too.
+from oryxmem.store.dbfile import BUSY_TIMEOUT_MS as BUSY_TIMEOUT_MS
+from oryxmem.store.dbfile import Executes as Executes
+from oryxmem.store.dbfile import keep_private, use_wal
 
 
 class Database:
@@ -63,15 +67,8 @@ class Database:
         self.conn.close()
 
 
-class Executes(Protocol):
-    """What reading needs of a connection: a sqlite3.Connection or a sqlite-utils Database."""
-
-    def execute(self, sql: str, parameters: Any = ..., /) -> sqlite3.Cursor: ...
-
-
 # A plugin's migration set: its name, and its steps in order.
 MigrationSet = tuple[str, Sequence[Callable[[Any], None]]]
-BUSY_TIMEOUT_MS = 10_000
 # What a write that can be put off (brief_wait) waits for another program's lock, once
 # the process's own writers are done: a save's thread never waits longer than this.
 OTHERS_WAIT_MS = 10
@@ -79,7 +76,7 @@ _GATES: dict[str, threading.Lock] = {}  # database file -> its gate in this proc
 _GATES_LOCK = threading.Lock()
 
 
-def _gate(path: Path) -> threading.Lock:
+def gate_of(path: Path) -> threading.Lock:
     key = os.path.realpath(path)
     with _GATES_LOCK:
         return _GATES.setdefault(key, threading.Lock())
@@ -102,9 +99,9 @@ def connect(path: Path, plugin_sets: Sequence[MigrationSet] = ()) -> Database:
         conn = sqlite3.connect(
             str(path), isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000
         )
-        db = Database(conn, _gate(path))
+        db = Database(conn, gate_of(path))
         db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        _use_wal(db)
+        use_wal(db)
         db.execute("PRAGMA synchronous = FULL")
         db.execute("PRAGMA foreign_keys = ON")
         db.execute("PRAGMA recursive_triggers = OFF")
@@ -127,35 +124,6 @@ def migrate(conn: sqlite3.Connection, name: str, steps: Sequence[Callable[[Any],
     with write_transaction(db):
         if pending.pending(db):  # asked again under the write lock: another may have won
             pending.apply(db)
-
-
-def keep_private(path: Path) -> None:
-    """The database holds sessions and tool inputs: 0600 whatever the umask, and so its
-    -wal and -shm files, which SQLite makes with the database file's mode. No file is
-    opened here once it exists: closing any descriptor of a database file drops the
-    POSIX locks of every connection this process has to it."""
-    with contextlib.suppress(FileExistsError):  # made already: only its mode is seen to
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
-    for name in (str(path), f"{path}-wal", f"{path}-shm"):
-        try:
-            info = os.lstat(name)
-        except FileNotFoundError:
-            continue
-        if stat.S_ISREG(info.st_mode) and stat.S_IMODE(info.st_mode) != 0o600:
-            os.chmod(name, 0o600)
-
-
-def _use_wal(db: Executes) -> None:
-    """Switch to WAL once. The switch needs a moment alone with a new database file,
-    and SQLite does not wait for that with busy_timeout: retry within it instead."""
-    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
-    while db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
-        try:
-            db.execute("PRAGMA journal_mode = WAL")
-        except sqlite3.OperationalError as error:
-            if "locked" not in str(error) or time.monotonic() > deadline:
-                raise
-            time.sleep(0.01)
 
 
 ROWS_PER_INSERT = 100  # 100 rows of up to 9 columns: under SQLite's oldest limit of 999 values
@@ -247,25 +215,6 @@ def write_transaction(db: D) -> Iterator[D]:
 
 
 @contextmanager
-def unsynced_transaction(db: Database) -> Iterator[Database]:
-    """write_transaction whose commit is not synced (synchronous=NORMAL: in WAL the
-    commit waits for no fsync, and holds the write lock that much less), for derived
-    tables only. A power cut may take such a commit back, never half of it, and only
-    with every commit after it: the next synced commit makes it durable too."""
-    if db.conn.in_transaction:  # part of a transaction open already: its commit decides
-        with write_transaction(db):
-            yield db
-        return
-    level = int(db.execute("PRAGMA synchronous").fetchone()[0])
-    db.execute("PRAGMA synchronous = NORMAL")
-    try:
-        with write_transaction(db):
-            yield db
-    finally:
-        db.execute(f"PRAGMA synchronous = {level}")
-
-
-@contextmanager
 def read_snapshot(db: Database) -> Iterator[Database]:
     """BEGIN ... ROLLBACK around reads: one consistent view of the database that takes no
     write lock (in WAL, writers go on meanwhile); inside a transaction already open, its
@@ -308,9 +257,3 @@ def _begin_through(gate: threading.Lock, db: Database) -> None:
         except BaseException:
             gate.release()
             raise
-
-
-def database_file(db: Executes) -> str:
-    """The path of the connection's main database file ('' in memory)."""
-    rows = db.execute("PRAGMA database_list").fetchall()
-    return str(next((row[2] for row in rows if row[1] == "main"), ""))

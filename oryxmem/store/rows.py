@@ -180,15 +180,17 @@ def has_pending_changes(db: Executes, agent: str, since_seq: int) -> bool:
     return row is not None
 
 
-def prune_changes(db: Database) -> int:
-    """Forget changes that every agent they name and every derived index have taken in:
-    the change log is a queue of hints, not a record (memory_history is that)."""
+def prune_changes(db: Database, index_floor: int) -> int:
+    """Forget changes that every agent they name and every derived index have taken in
+    (``index_floor``: the lowest cursor of the indexes, store/indexdb.index_floor): the
+    change log is a queue of hints, not a record (memory_history is that)."""
     cursor = db.execute(
         "DELETE FROM memory_changes WHERE seq <= coalesce("
         " (SELECT change_seq FROM sync_state WHERE agent = memory_changes.agent), 0)"
         " AND (old_agent IS NULL OR seq <= coalesce("
         " (SELECT change_seq FROM sync_state WHERE agent = memory_changes.old_agent), 0))"
-        " AND seq <= coalesce((SELECT min(cursor) FROM index_state), seq)"
+        " AND seq <= ?",
+        [index_floor],
     )
     return cursor.rowcount
 

@@ -15,6 +15,8 @@ import sqlite3
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from oryxmem.store.indexfile import move_out_of_rows
+
 if TYPE_CHECKING:
     from sqlite_utils import Database, Migrations
 
@@ -299,3 +301,15 @@ def history_says_when_an_entry_was_written_into_the_file(db: Database) -> None:
         "CREATE INDEX memory_history_written ON memory_history(agent, written_ns)"
         " WHERE written_ns IS NOT NULL"
     )
+
+
+@migration
+def derived_indexes_have_a_file_of_their_own(db: Database) -> None:
+    # The indexes move to .oryxos/oryxos.db.indexes (store/indexdb.py): their writes no longer
+    # hold this file's write lock. This file gets an id the index file names, so an index
+    # file is never taken for another rows' file's; what the indexes kept here is carried
+    # over (the vectors, the episodes) or dropped (the words, made again in seconds).
+    rows_id = db.execute("SELECT lower(hex(randomblob(16)))").fetchone()[0]
+    db.execute("CREATE TABLE store_identity (id TEXT NOT NULL)")
+    db.execute("INSERT INTO store_identity VALUES (?)", [rows_id])
+    move_out_of_rows(db, rows_id)

@@ -25,6 +25,7 @@ from oryxmem.fileio import ConcurrentChange, FileStat, file_stat, retry_on_chang
 from oryxmem.store import quarantine, rows
 from oryxmem.store.db import read_snapshot, select_in, write_transaction
 from oryxmem.store.format import Entry, MemoryDocument
+from oryxmem.store.indexdb import index_floor
 from oryxmem.store.markdown import MarkdownFiles, MarkdownMemoryStore
 from oryxmem.sync.git import git_operation_in_progress
 from oryxmem.sync.reconcile import Plan, number_rows, reconcile
@@ -194,8 +195,9 @@ class SyncEngine:
             if progress is not None:
                 progress(report)
         if not dry_run:
+            floor = index_floor(self.workspace.db_path)  # read first: it only rises
             with write_transaction(self.db):
-                rows.prune_changes(self.db)
+                rows.prune_changes(self.db, floor)
         return reports
 
     def quarantine_unsafe_agents(self) -> list[AgentReport]:

@@ -49,6 +49,7 @@ from oryxmem.fileio import file_stat
 from oryxmem.store import rows
 from oryxmem.store.base import StoreLimits
 from oryxmem.store.db import connect, is_locked, write_transaction
+from oryxmem.store.indexdb import index_floor
 from oryxmem.store.markdown import MarkdownFiles
 from oryxmem.sync.engine import AgentReport, SyncEngine
 from oryxmem.workspace import GLOBAL_AGENT, Workspace
@@ -426,8 +427,9 @@ class SyncWatcher:
         return result
 
     def _prune(self) -> list[int]:
+        floor = index_floor(self.workspace.db_path)  # read first: it only rises
         with write_transaction(self.db):
-            return [rows.prune_changes(self.db)]
+            return [rows.prune_changes(self.db, floor)]
 
     def _data_version(self) -> int:
         value = self.db.conn.execute("PRAGMA data_version").fetchone()[0]

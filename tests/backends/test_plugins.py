@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from support.daemon import daemon
 from support.processes import run_cli
-from support.sync import sql, wait_until
+from support.sync import index_sql, sql, wait_until
 
 from oryxmem import registry
 from oryxmem.workspace import Workspace
@@ -175,7 +175,7 @@ def test_a_third_party_backend_and_index_work_from_the_cli_and_the_daemon(
     assert int(sql(workspace, "SELECT count(*) FROM tiny_loads WHERE mark = 'bold'")) >= 1
     applied = "SELECT name FROM _sqlite_migrations WHERE migration_set = 'oryxmem.backend.tiny'"
     assert sql(workspace, applied).strip() == "create_tiny_loads"
-    assert sql(workspace, "SELECT chars FROM tiny_lengths").strip() == str(
+    assert index_sql(workspace, "SELECT chars FROM tiny_lengths").strip() == str(
         len("The user drinks green tea.")
     )
 
@@ -195,6 +195,6 @@ def test_a_third_party_backend_and_index_work_from_the_cli_and_the_daemon(
         wait_until(lambda: lengths_pending() == 0, timeout=30)
     lengths = "SELECT group_concat(chars) FROM (SELECT chars FROM tiny_lengths ORDER BY 1)"
     assert (
-        sql(workspace, lengths).strip()
+        index_sql(workspace, lengths).strip()
         == f"{len('Deadline is Friday.')},{len('The user drinks green tea.')}"
     )

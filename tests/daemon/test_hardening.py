@@ -118,20 +118,20 @@ def test_a_memory_thread_stuck_in_a_call_stops_the_watchdog_and_health_still_ans
         worker.stop()
 
 
-def test_the_indexes_do_not_wait_for_a_lock_a_mirror_just_met(
-    service: MemoryService, monkeypatch: pytest.MonkeyPatch
+def test_the_indexes_take_rows_in_while_another_program_holds_the_rows_lock(
+    service: MemoryService, workspace: Workspace
 ) -> None:
-    """Saves queue behind the memory thread: after a mirror waited out its most for
-    another program's lock, the indexes' step does not wait for the same lock again."""
+    """The indexes are written in their own file: while another program holds the rows'
+    write lock (and a mirror would wait for it), the memory thread's index step still
+    takes in the rows that program wrote before, and waits for nothing."""
     worker = MemoryWorker(service, on_lagging=lambda agent: None)
-    followed: list[int] = []
-    monkeypatch.setattr(service.upkeep, "follow_saves", lambda: followed.append(1) or 0)
-    service.saving.mirror_not_before = time.monotonic() + 60  # as a locked mirror leaves it
-    worker._index_step()
-    assert followed == []
-    service.saving.mirror_not_before = 0.0
-    worker._index_step()
-    assert followed == [1]
+    _ = service.db  # made and migrated
+    sql(workspace, "INSERT INTO memory_entries(agent, content) VALUES ('coder', 'kettle note')")
+    keyword = service.upkeep.indexes["keyword"]
+    with write_lock_held(workspace.db_path):
+        worker._index_step()
+        assert service.upkeep.words_caught_up()
+        assert keyword.search(service.index_db, "coder", "kettle", None) != []
 
 
 def test_the_indexes_follow_a_reconcile_at_once_and_a_save_s_mirror_first(
@@ -162,7 +162,8 @@ def test_the_indexes_follow_a_reconcile_at_once_and_a_save_s_mirror_first(
         worker.call(lambda s: None).result(timeout=30)
         order.clear()
         worker.indexes_changed()  # a reconcile changed rows
-        worker.call(lambda s: None).result(timeout=30)  # after the wake, in order
+        worker.call(lambda s: None).result(timeout=30)
+        worker.call(lambda s: None).result(timeout=30)  # a batch after the wake's: it is done
         assert order == ["follow"]
         order.clear()
         worker.save(service.resolve("coder"), SaveRequest("a save")).result(timeout=30)

@@ -91,7 +91,7 @@ def test_a_round_beside_the_one_the_words_find_is_found_with_it(
     while service.episodes_step():
         pass
     words = EpisodeIndex(None, None)
-    hits = words.search(service.db, "a", "why did the staging deploy fail", 5)
+    hits = words.search(service.index_db, "a", "why did the staging deploy fail", 5)
     assert [(h.round, h.arms) for h in hits] == [
         (1, ("keyword",)),
         (2, ("keyword",)),  # by its context column: the round before
@@ -125,7 +125,7 @@ def test_a_question_that_names_a_day_finds_what_was_said_that_day(
 def test_the_episode_index_is_derived_dropped_it_is_made_again(service: MemoryService) -> None:
     talk(service, "a", ("where is the staging server?", "staging runs on hetzner-2"))
     before = [(h.session, h.round, h.text) for h in service.search_episodes("a", "staging")]
-    service.episodes.drop(service.db)
+    service.episodes.drop(service.index_db)
     assert service.index_summary()["episodes"]["pending"] == 1
     service.reindex()
     assert [(h.session, h.round, h.text) for h in service.search_episodes("a", "staging")] == before
@@ -140,7 +140,7 @@ def dropped_with_another_connection(
     talk(service, "a", ("where is the staging server?", "staging runs on hetzner-2"))
     index = service.episodes
     assert isinstance(index, EpisodeIndex)
-    index.drop(service.db)
+    index.drop(service.index_db)
     return index, MemoryService(workspace, Config.load(workspace.config_path))
 
 
@@ -154,16 +154,16 @@ def test_a_step_whose_tables_another_connection_dropped_meanwhile_writes_nothing
 
     def take_while_a_reindex_drops(*args):  # type: ignore[no-untyped-def]
         made = real_take(*args)
-        index.drop(other.db)
+        index.drop(other.index_db)
         return made
 
     monkeypatch.setattr(index, "_take", take_while_a_reindex_drops)
     try:
-        assert index.catch_up(service.db) == 0
+        assert index.catch_up(service.index_db) == 0
     finally:
         other.close()
     monkeypatch.undo()
-    assert index.catch_up(service.db) == 1
+    assert index.catch_up(service.index_db) == 1
     assert "hetzner-2" in service.search_episodes("a", "staging server")[0].text
 
 
@@ -180,15 +180,15 @@ def test_tables_another_connection_made_meanwhile_are_kept_and_read_whole(
     def stale_then_real(db):  # type: ignore[no-untyped-def]
         if not asked:  # the first check answered before the other connection made them
             asked.append(True)
-            assert index.catch_up(other.db) == 1
+            assert index.catch_up(other.index_db) == 1
             return False
         return real_is_current(db)
 
     monkeypatch.setattr(index, "_is_current", stale_then_real)
     try:
-        index.ensure(service.db)
+        index.ensure(service.index_db)
         monkeypatch.undo()
-        assert index.pending(service.db) == 0  # the rounds the other took in are kept
+        assert index.pending(service.index_db) == 0  # the rounds the other took in are kept
         assert "hetzner-2" in service.search_episodes("a", "staging server")[0].text
 
         real_execute = type(service.db).execute
@@ -196,13 +196,13 @@ def test_tables_another_connection_made_meanwhile_are_kept_and_read_whole(
 
         def drop_after_the_first_read(db, sql, *args):  # type: ignore[no-untyped-def]
             result = real_execute(db, sql, *args)
-            if db is service.db and "sqlite_master" in sql and not dropped:
+            if db is service.index_db and "sqlite_master" in sql and not dropped:
                 dropped.append(True)
-                index.drop(other.db)  # a reindex on another connection
+                index.drop(other.index_db)  # a reindex on another connection
             return result
 
         monkeypatch.setattr(type(service.db), "execute", drop_after_the_first_read)
-        assert index._is_current(service.db)  # read in one snapshot: the tables it saw
+        assert index._is_current(service.index_db)  # read in one snapshot: the tables it saw
         assert dropped
     finally:
         monkeypatch.undo()

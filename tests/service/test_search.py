@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sqlite3
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -17,7 +18,7 @@ import pytest
 from support.daemon import RunningDaemon, daemon
 from support.embed_server import embeddings_server
 from support.processes import run_cli, run_offline
-from support.sync import Background, sql, wait_until
+from support.sync import Background, index_sql, sql, wait_until
 
 from oryxmem.client import Client
 from oryxmem.config import Config, set_value
@@ -29,6 +30,7 @@ from oryxmem.search import MODES
 from oryxmem.service import MemoryService
 from oryxmem.store.db import write_transaction
 from oryxmem.store.format import render_entry_line
+from oryxmem.store.indexfile import index_path
 from oryxmem.workspace import Workspace
 
 FIXTURE = Path(__file__).parent / "fixtures" / "recall-bilingual.json"
@@ -209,24 +211,41 @@ def test_the_default_embedder_runs_with_no_network_at_all(workspace: Workspace) 
 
 def test_vectors_are_derived_dropped_they_are_made_again(service: MemoryService) -> None:
     before = contents(service.search("coder", "hot drinks").hits)
-    db_path = service.workspace.db_path
-    sql(
+    index_sql(
         service.workspace,
         "DROP TABLE memory_vector_rows; DROP TABLE memory_vectors; DROP TABLE memory_vector_gone;"
         " DELETE FROM index_state WHERE name = 'vectors'",
     )
     fresh = MemoryService(service.workspace, Config.load(service.workspace.config_path))
     assert contents(fresh.search("coder", "hot drinks").hits) == before
-    assert db_path.exists() and read_index_state(fresh.db, fresh.vector_index()) is not None  # type: ignore[arg-type]
+    assert read_index_state(fresh.index_db, fresh.vector_index()) is not None  # type: ignore[arg-type]
+    fresh.close()
+
+
+def test_the_index_file_deleted_is_made_again_from_the_rows(service: MemoryService) -> None:
+    """Everything in .oryxos/oryxos.db.indexes is derived: deleted (its -wal and -shm too), the
+    next search makes it again and answers as before."""
+    before = contents(service.search("coder", "hot drinks").hits)
+    service.close()
+    for name in ("oryxos.db.indexes", "oryxos.db.indexes-wal", "oryxos.db.indexes-shm"):
+        (service.workspace.db_path.parent / name).unlink(missing_ok=True)
+    fresh = MemoryService(service.workspace, Config.load(service.workspace.config_path))
+    while fresh.embed_step():
+        pass
+    assert contents(fresh.search("coder", "hot drinks").hits) == before
+    assert index_sql(fresh.workspace, "SELECT count(*) FROM memory_vector_rows").strip() == str(
+        len(MEMORY)
+    )
     fresh.close()
 
 
 def test_vectors_stored_by_the_previous_version_are_carried_over_not_embedded_again(
     service: MemoryService, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A database whose vectors an older oryxmem stored (version 1: memory_vectors keyed
-    by the text's hash, WITHOUT ROWID) keeps them: copied into today's table, the index's
-    cursor where it was, no row embedded again."""
+    """A workspace an older oryxmem kept keeps its vectors: they were in the rows' file
+    (version 1 of the table: keyed by the text's hash, WITHOUT ROWID); they are carried
+    into the index file and into today's table, the index's cursor where it was, no row
+    embedded again, and nothing derived is left in the rows' file."""
     from oryxmem.index import vectors as vectors_module
 
     while service.embed_step():
@@ -234,16 +253,9 @@ def test_vectors_stored_by_the_previous_version_are_carried_over_not_embedded_ag
     before = contents(service.search("coder", "hot drinks", mode="semantic").hits)
     vectors = service.vector_index()
     assert vectors is not None
-    old_identity = vectors._identity_at(1)
-    cursor = read_index_state(service.db, vectors).cursor  # type: ignore[union-attr]
+    cursor = read_index_state(service.index_db, vectors).cursor  # type: ignore[union-attr]
     service.close()
-    sql(
-        service.workspace,
-        "BEGIN; ALTER TABLE memory_vectors RENAME TO v2;"
-        " CREATE TABLE memory_vectors (key TEXT PRIMARY KEY, vector BLOB NOT NULL) WITHOUT ROWID;"
-        " INSERT INTO memory_vectors SELECT key, vector FROM v2; DROP TABLE v2;"
-        f" UPDATE index_state SET version = {old_identity} WHERE name = 'vectors'; COMMIT;",
-    )
+    as_an_older_oryxmem_kept_it(service.workspace, vectors._identity_at(1))
     vectors_module._MATRICES.clear()  # as a new process
 
     def no_embedding(*args: Any) -> None:
@@ -255,12 +267,54 @@ def test_vectors_stored_by_the_previous_version_are_carried_over_not_embedded_ag
     monkeypatch.setattr(index.embedder, "embed_backlog", no_embedding)
     assert fresh.embed_step() == 0  # carried over, and nothing left to embed
     assert contents(fresh.search("coder", "hot drinks", mode="semantic").hits) == before
-    state = read_index_state(fresh.db, index)
+    state = read_index_state(fresh.index_db, index)
     assert state is not None and (state.identity, state.cursor) == (index.identity(), cursor)
-    shape = sql(service.workspace, "SELECT sql FROM sqlite_master WHERE name = 'memory_vectors'")
+    shape = index_sql(
+        fresh.workspace, "SELECT sql FROM sqlite_master WHERE name = 'memory_vectors'"
+    )
     assert "WITHOUT ROWID" not in shape and "id INTEGER PRIMARY KEY" in shape
-    assert sql(service.workspace, "SELECT count(*) FROM memory_vectors").strip() == str(len(MEMORY))
+    counted = index_sql(fresh.workspace, "SELECT count(*) FROM main.memory_vectors")
+    assert counted.strip() == str(len(MEMORY))
+    left = sql(
+        fresh.workspace,
+        "SELECT name FROM sqlite_master WHERE name LIKE 'memory_vector%'"
+        " OR name IN ('index_state', 'memory_fts', 'memory_terms')",
+    )
+    assert left.strip() == ""
     fresh.close()
+
+
+def as_an_older_oryxmem_kept_it(workspace: Workspace, old_identity: int) -> None:
+    """Put the workspace's vectors back where an oryxmem before the index file kept them:
+    in the rows' file, with index_state, as version 1 of the table; the index file gone,
+    and the rows' file's last migration not yet applied."""
+    rows_file = sqlite3.connect(workspace.db_path, isolation_level=None)
+    rows_file.execute("ATTACH DATABASE ? AS idx", [str(index_path(workspace.db_path))])
+    rows_file.execute("BEGIN IMMEDIATE")
+    made = rows_file.execute(
+        "SELECT name, sql FROM idx.sqlite_master WHERE sql IS NOT NULL AND tbl_name IN"
+        " ('memory_vector_rows', 'memory_vector_gone', 'index_state') ORDER BY type = 'index'"
+    ).fetchall()
+    for name, statement in made:
+        rows_file.execute(statement)
+        if statement.startswith("CREATE TABLE"):
+            rows_file.execute(f"INSERT INTO main.{name} SELECT * FROM idx.{name}")
+    rows_file.execute(
+        "CREATE TABLE memory_vectors (key TEXT PRIMARY KEY, vector BLOB NOT NULL) WITHOUT ROWID"
+    )
+    rows_file.execute("INSERT INTO main.memory_vectors SELECT key, vector FROM idx.memory_vectors")
+    rows_file.execute(
+        "UPDATE main.index_state SET version = ? WHERE name = 'vectors'", [old_identity]
+    )
+    rows_file.execute("DROP TABLE store_identity")
+    rows_file.execute(
+        "DELETE FROM _sqlite_migrations WHERE name = 'derived_indexes_have_a_file_of_their_own'"
+    )
+    rows_file.execute("COMMIT")
+    rows_file.execute("DETACH DATABASE idx")
+    rows_file.close()
+    for name in ("oryxos.db.indexes", "oryxos.db.indexes-wal", "oryxos.db.indexes-shm"):
+        (workspace.db_path.parent / name).unlink(missing_ok=True)
 
 
 def test_another_embedder_embeds_everything_again(workspace: Workspace) -> None:
@@ -356,14 +410,16 @@ def test_a_row_taken_in_early_as_a_dependent_is_not_taken_in_twice(
     service = MemoryService(workspace, Config.load(workspace.config_path))
     index = BM25Index()
     monkeypatch.setattr(BM25Index, "batch", 3)
-    with write_transaction(service.db):
-        catch_up(service.db, index)
+    with write_transaction(service.index_db):
+        catch_up(service.index_db, index)
     for n in range(10):
         sql(workspace, f"INSERT INTO memory_entries(agent, content) VALUES ('coder', 'row {n}')")
-    with write_transaction(service.db):
-        catch_up(service.db, index)
-    counted = service.db.execute("SELECT entries FROM memory_terms_count").fetchone()[0]
-    assert counted == 10 == service.db.execute("SELECT count(*) FROM memory_terms").fetchone()[0]
+    with write_transaction(service.index_db):
+        catch_up(service.index_db, index)
+    counted = service.index_db.execute("SELECT entries FROM memory_terms_count").fetchone()[0]
+    assert (
+        counted == 10 == service.index_db.execute("SELECT count(*) FROM memory_terms").fetchone()[0]
+    )
     service.close()
 
 
@@ -563,7 +619,7 @@ def test_vectors_are_read_whole_in_one_pass_or_by_key_and_a_shared_text_serves_b
     service = MemoryService(workspace, Config.load(workspace.config_path))
     while service.embed_step():
         pass
-    assert sql(workspace, "SELECT count(*) FROM memory_vectors").strip() == "31"
+    assert index_sql(workspace, "SELECT count(*) FROM memory_vectors").strip() == "31"
     vectors_module._MATRICES.clear()  # as a new process: every agent is read again
     for agent in ("big", "small"):
         result = service.search(agent, "what beverage does she enjoy", limit=1, mode="semantic")
@@ -577,10 +633,10 @@ def test_the_vector_index_searches_alone_as_every_index_does(service: MemoryServ
     assert vectors is not None
     while service.embed_step():
         pass
-    every = vectors.search(service.db, "coder", "what beverage does she enjoy", None)
+    every = vectors.search(service.index_db, "coder", "what beverage does she enjoy", None)
     assert len(every) == len(MEMORY)
     assert [hit.score for hit in every] == sorted((hit.score for hit in every), reverse=True)
-    two = vectors.search(service.db, "coder", "what beverage does she enjoy", 2)
+    two = vectors.search(service.index_db, "coder", "what beverage does she enjoy", 2)
     assert [hit.row_id for hit in two] == [hit.row_id for hit in every[:2]]
     found = {row[0]: row[1] for row in service.db.execute("SELECT id, content FROM memory_entries")}
     assert found[every[0].row_id] == MEMORY[0]

@@ -36,7 +36,7 @@ def arrive(service: MemoryService, agent: str, texts: list[str]) -> None:
 
 
 def backlog_of(service: MemoryService) -> dict[str, int]:
-    db = service.db
+    db = service.index_db
     return {name: pending(db, index) or 0 for name, index in service.upkeep.indexes.items()}
 
 
@@ -95,7 +95,7 @@ def test_a_vectors_step_takes_in_what_it_embedded_before_the_lock_and_no_more(
 
     def prepare_then_more_arrive(rows):  # type: ignore[no-untyped-def]
         real_prepare(rows)
-        if service.db.conn.in_transaction:
+        if service.index_db.conn.in_transaction:
             return  # add() making sure of its rows: they were prepared
         embedded.append([r.content for r in rows])
         if len(embedded) == 1:
@@ -106,7 +106,7 @@ def test_a_vectors_step_takes_in_what_it_embedded_before_the_lock_and_no_more(
     under_lock: list[list[str]] = []
 
     def embed(texts, kind):  # type: ignore[no-untyped-def]
-        if service.db.conn.in_transaction:
+        if service.index_db.conn.in_transaction:
             under_lock.append(list(texts))
         return real_embed(texts, kind)
 
@@ -150,19 +150,16 @@ def test_a_trickle_of_rows_waits_for_more_and_is_embedded_in_one_step(
     assert steps == [1, 1] and backlog_of(service)["vectors"] == 0
 
 
-def test_the_indexer_commits_unsynced_and_the_rows_stay_synced(
+def test_the_index_file_commits_unsynced_and_the_rows_stay_synced(
     workspace: Workspace, in_daemon: MemoryService
 ) -> None:
-    """What the indexer writes is derived (rebuilt if a power loss takes it): its commits
-    skip the fsync; the rows' connection keeps synchronous=FULL."""
+    """What the indexes write is derived (made again if a power loss takes it): the index
+    file's commits skip the fsync; the rows' file keeps synchronous=FULL, the indexer's
+    connection to it too."""
     indexer = Indexer(in_daemon)
     indexer.on_start()
-    assert in_daemon.db.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
-    other = MemoryService(workspace, Config.load(workspace.config_path), in_daemon=True)
-    try:
-        assert other.db.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
-    finally:
-        other.close()
+    assert in_daemon.index_db.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
+    assert in_daemon.db.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
 
 
 def test_the_words_take_a_mirrors_rows_in_stemmed_with_no_lock_held(
@@ -175,7 +172,7 @@ def test_the_words_take_a_mirrors_rows_in_stemmed_with_no_lock_held(
     real = bm25_module.index_text
 
     def index_text(text: str) -> str:
-        stemmed.append((text, service.db.conn.in_transaction))
+        stemmed.append((text, service.index_db.conn.in_transaction))
         return real(text)
 
     monkeypatch.setattr(bm25_module, "index_text", index_text)
@@ -196,20 +193,20 @@ def test_a_step_read_before_the_lock_is_taken_as_read_and_what_changed_since_fol
     keyword = service.upkeep.indexes["keyword"]
     service.upkeep.follow_saves()  # built, empty
     arrive(service, "a", ["the kettle is blue"])
-    step = upcoming(service.db, keyword)
+    step = upcoming(service.index_db, keyword)
     assert step is not None and [r.content for r in step.rows] == ["the kettle is blue"]
     with write_transaction(service.db):  # changed after the step was read
         service.db.execute("UPDATE memory_entries SET content = 'the kettle is red'")
-    with write_transaction(service.db):
-        assert take_step(service.db, keyword, step) == 1
-    taken_as_read = service.db.execute("SELECT folded FROM memory_fts").fetchall()
+    with write_transaction(service.index_db):
+        assert take_step(service.index_db, keyword, step) == 1
+    taken_as_read = service.index_db.execute("SELECT folded FROM memory_fts").fetchall()
     assert taken_as_read == [("the kettle is blue",)]  # nothing read again under the lock
-    with write_transaction(service.db):  # the index moved on: read again, up to where it
-        assert take_step(service.db, keyword, step) == 0  # went, so nothing twice
-    with write_transaction(service.db):
-        assert catch_up(service.db, keyword) == 1  # the update
-    assert pending(service.db, keyword) == 0
-    folded = service.db.execute("SELECT folded FROM memory_fts").fetchall()
+    with write_transaction(service.index_db):  # the index moved on: read again, up to
+        assert take_step(service.index_db, keyword, step) == 0  # where it went, not twice
+    with write_transaction(service.index_db):
+        assert catch_up(service.index_db, keyword) == 1  # the update
+    assert pending(service.index_db, keyword) == 0
+    folded = service.index_db.execute("SELECT folded FROM memory_fts").fetchall()
     assert folded == [("the kettle is red",)]
 
 

@@ -22,9 +22,9 @@ from oryxmem.store.db import (
     brief_wait,
     connect,
     is_locked,
-    unsynced_transaction,
     write_transaction,
 )
+from oryxmem.store.indexdb import connect_index
 from oryxmem.store.schema import MIGRATIONS, SET_NAME, migration_set
 
 sqlite_utils = pytest.importorskip("sqlite_utils")
@@ -41,28 +41,36 @@ def shell(db_path: Path, sql: str) -> str:
 
 
 def store_for(db_path: Path, agent: str = "coder") -> SqliteMemoryStore:
+    rows_db = connect(db_path)
     return SqliteMemoryStore(
-        connect(db_path), agent, clock=lambda: "2026-11-30 10:00:00", limits=StoreLimits()
+        rows_db,
+        connect_index(db_path),
+        agent,
+        clock=lambda: "2026-11-30 10:00:00",
+        limits=StoreLimits(),
     )
 
 
 def test_every_documented_table_exists(tmp_path: Path) -> None:
     opened = connect(tmp_path / "oryxos.db")
-    with opened.conn:
-        catch_up(opened, KeywordIndex())  # the FTS index is the keyword index's, made on first use
+    indexes = connect_index(tmp_path / "oryxos.db")
+    with write_transaction(indexes):
+        catch_up(indexes, KeywordIndex())  # the keyword index's FTS table, made on first use
     db = sqlite_utils.Database(opened.conn)  # to ask about tables and columns
     tables = set(db.table_names())
     for name in [
         "memory_entries",
-        "memory_fts",
         "memory_changes",
         "memory_history",
         "sync_state",
-        "index_state",
+        "store_identity",
         "sessions",
         "tool_invocations",
     ]:
         assert name in tables
+    # What is derived is in the index file, and nothing of it in the rows' file.
+    assert {"memory_fts", "index_state"} <= set(sqlite_utils.Database(indexes.conn).table_names())
+    assert not {"memory_fts", "index_state"} & tables
     assert {"agent", "scope", "ts", "content"} <= set(db["memory_entries"].columns_dict)
     columns = set(db["sync_state"].columns_dict)
     assert columns >= {"size", "mtime_ns", "inode", "ctime_ns", "sha256", "notes"}
@@ -94,6 +102,7 @@ def test_migrations_apply_once_and_reopening_changes_nothing(tmp_path: Path) -> 
         "derived_indexes_fed_from_the_change_log",
         "sessions_remember_where_they_were_imported_from",
         "history_says_when_an_entry_was_written_into_the_file",
+        "derived_indexes_have_a_file_of_their_own",
     ]
     assert shell(path, ".schema") == schema
 
@@ -118,25 +127,25 @@ def test_plain_sql_insert_by_another_program_gets_defaults_and_is_logged(tmp_pat
 
 
 def test_update_and_delete_by_another_program_are_logged_and_reindexed(tmp_path: Path) -> None:
-    path = tmp_path / "oryxos.db"
+    path, index_file = tmp_path / "oryxos.db", tmp_path / "oryxos.db.indexes"
     store = store_for(path)
     store.append("original words")
-    assert shell(path, "SELECT folded FROM memory_fts").strip() == "original words"
+    assert shell(index_file, "SELECT folded FROM memory_fts").strip() == "original words"
     shell(
         path, "UPDATE memory_entries SET content = 'edited words' WHERE content = 'original words'"
     )
     # The index still holds the old text until it catches up; a recall never sees it.
-    assert shell(path, "SELECT folded FROM memory_fts").strip() == "original words"
+    assert shell(index_file, "SELECT folded FROM memory_fts").strip() == "original words"
     assert store.recall("original") == []
     assert store.recall("edited") == ["- [2026-11-30 10:00:00] edited words"]
-    assert shell(path, "SELECT folded FROM memory_fts").strip() == "edited words"
+    assert shell(index_file, "SELECT folded FROM memory_fts").strip() == "edited words"
     shell(path, "DELETE FROM memory_entries")
     assert store.recall("edited") == []
-    assert shell(path, "SELECT count(*) FROM memory_fts").strip() == "0"
+    assert shell(index_file, "SELECT count(*) FROM memory_fts").strip() == "0"
     ops = shell(path, "SELECT op FROM memory_changes ORDER BY seq").split()
     assert ops == ["insert", "update", "delete"]
     assert shell(path, "PRAGMA integrity_check").strip() == "ok"
-    assert shell(path, "INSERT INTO memory_fts(memory_fts) VALUES ('integrity-check')") == ""
+    assert shell(index_file, "INSERT INTO memory_fts(memory_fts) VALUES ('integrity-check')") == ""
 
 
 def test_bookkeeping_updates_do_not_log_changes(tmp_path: Path) -> None:
@@ -200,7 +209,10 @@ def test_rows_inserted_many_to_a_statement_arrive_whole_and_in_order(tmp_path: P
         )
     with write_transaction(db):
         insert_rows(db, "coder", entries, "socket")
-        catch_up(db, KeywordIndex())
+    indexes = connect_index(tmp_path / "oryxos.db")
+    with write_transaction(indexes):
+        catch_up(indexes, KeywordIndex())
+    indexes.close()
     db.close()
     rows = shell(tmp_path / "oryxos.db", "SELECT seq, content FROM memory_entries ORDER BY id")
     assert rows.splitlines() == [f"{n + 1}|entry number {n} ü" for n in range(count)]
@@ -208,8 +220,9 @@ def test_rows_inserted_many_to_a_statement_arrive_whole_and_in_order(tmp_path: P
         count
     )
     found = shell(
-        tmp_path / "oryxos.db",
-        "SELECT e.content FROM memory_fts f JOIN memory_entries e ON e.id = f.rowid"
+        tmp_path / "oryxos.db.indexes",
+        f"ATTACH '{tmp_path / 'oryxos.db'}' AS rows;"
+        " SELECT e.content FROM memory_fts f JOIN memory_entries e ON e.id = f.rowid"
         " WHERE memory_fts MATCH '\"number 206\"'",
     )
     assert found.strip() == "entry number 206 ü"
@@ -273,25 +286,3 @@ def test_the_process_s_own_writers_take_turns_at_the_gate(tmp_path: Path) -> Non
     with brief_wait(second, 50), write_transaction(second):
         second.execute("INSERT INTO memory_entries(agent, content) VALUES ('a', 'y')")
     assert second.execute("SELECT content FROM memory_entries").fetchall() == [("y",)]
-
-
-def test_an_unsynced_transaction_commits_without_a_sync_and_leaves_the_setting_as_it_was(
-    tmp_path: Path,
-) -> None:
-    """For derived tables: synchronous=NORMAL for its commit only (another program sees
-    the rows at once); inside a transaction open already it is part of that one."""
-    db = connect(tmp_path / "oryxos.db")
-    assert db.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
-    with unsynced_transaction(db):
-        assert db.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
-        db.execute("CREATE TABLE derived (x)")
-        db.execute("INSERT INTO derived VALUES (1)")
-    assert db.execute("PRAGMA synchronous").fetchone()[0] == 2
-    assert shell(tmp_path / "oryxos.db", "SELECT count(*) FROM derived").strip() == "1"
-    with pytest.raises(RuntimeError), write_transaction(db):
-        db.execute("INSERT INTO derived VALUES (2)")
-        with unsynced_transaction(db):
-            db.execute("INSERT INTO derived VALUES (3)")
-        raise RuntimeError("the outer transaction is rolled back, and its part with it")
-    assert db.execute("SELECT count(*) FROM derived").fetchone()[0] == 1
-    assert db.execute("PRAGMA synchronous").fetchone()[0] == 2

@@ -25,6 +25,7 @@ from oryxmem.fileio import FileLock
 from oryxmem.store.base import LongTermMemoryStore, StoreLimits
 from oryxmem.store.db import connect
 from oryxmem.store.format import ARCHIVAL, CORE, escape_content
+from oryxmem.store.indexdb import connect_index
 from oryxmem.store.markdown import MarkdownMemoryStore
 from oryxmem.workspace import Workspace
 
@@ -54,9 +55,9 @@ def make_store(kind: str, folder: Path, agent: str = "coder") -> LongTermMemoryS
             clock=lambda: next(clock),
             limits=LIMITS,
         )
-    return SqliteMemoryStore(
-        connect(folder / "oryxos.db"), agent, clock=lambda: next(clock), limits=LIMITS
-    )
+    rows_db = connect(folder / "oryxos.db")
+    index_db = connect_index(folder / "oryxos.db")
+    return SqliteMemoryStore(rows_db, index_db, agent, clock=lambda: next(clock), limits=LIMITS)
 
 
 @pytest.fixture(params=["markdown", "sqlite", "mem0"])

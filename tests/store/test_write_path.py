@@ -15,7 +15,7 @@ from pathlib import Path
 
 from support.daemon import daemon
 from support.processes import run_cli
-from support.sync import sql, wait_until
+from support.sync import index_sql, sql, wait_until
 
 from oryxmem.store.format import parse
 from oryxmem.workspace import Workspace
@@ -31,7 +31,7 @@ def in_file(workspace: Workspace, agent: str, content: str) -> bool:
 def row_and_index(workspace: Workspace, agent: str, content: str) -> tuple[bool, bool]:
     """(a row holds it with its entry id, the keyword index holds that row's folded text)."""
     quoted = content.replace("'", "''")
-    found = sql(
+    found = index_sql(
         workspace,
         "SELECT e.entry_id IS NOT NULL, coalesce((SELECT f.folded FROM memory_fts f"
         f" WHERE f.rowid = e.id), '') FROM memory_entries e WHERE e.agent = '{agent}'"

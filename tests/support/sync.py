@@ -16,13 +16,26 @@ from oryxmem.fileio import file_stat
 from oryxmem.store import rows as stored_rows
 from oryxmem.store.db import connect
 from oryxmem.store.format import parse
+from oryxmem.store.indexfile import index_path
 from oryxmem.workspace import Workspace
 
 
 def sql(workspace: Workspace, statement: str) -> str:
     """Run SQL with the sqlite3 shell: another program writing the table."""
+    return sql_on(workspace.db_path, statement)
+
+
+def index_sql(workspace: Workspace, statement: str) -> str:
+    """Run SQL with the sqlite3 shell on the index file, the rows' file attached (as the
+    index connection has it): what the derived indexes hold."""
+    attach = f"ATTACH '{workspace.db_path}' AS rows"
+    return sql_on(index_path(workspace.db_path), f"{attach}; {statement}")
+
+
+def sql_on(path: Path, statement: str) -> str:
+    """Run SQL with the sqlite3 shell on a database file."""
     done = subprocess.run(
-        ["sqlite3", "-cmd", ".timeout 10000", str(workspace.db_path), statement],
+        ["sqlite3", "-cmd", ".timeout 10000", str(path), statement],
         capture_output=True,
         text=True,
         timeout=60,

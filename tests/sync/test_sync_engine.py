@@ -344,12 +344,14 @@ def test_check_reports_drift_and_changes_nothing(workspace: Workspace) -> None:
 def test_indexes_and_recall_see_synced_rows(workspace: Workspace) -> None:
     from oryxmem.index import pending
     from oryxmem.index.keyword import KeywordIndex
+    from oryxmem.store.indexdb import connect_index
 
     write(workspace, "coder", f"## 归档记忆\n- [{TS}] Needle in a file\n")
     service = MemoryService(workspace, Config.load(workspace.config_path))
     service.sync()  # what oryxmem sync runs: the reconcile, then the indexes follow
     service.close()
-    db = connect(workspace.db_path)
+    connect(workspace.db_path).close()
+    db = connect_index(workspace.db_path)
     assert pending(db, KeywordIndex()) == 0
     hits = db.execute("SELECT rowid FROM memory_fts WHERE memory_fts MATCH '\"needle\"'").fetchall()
     assert len(hits) == 1
