@@ -33,6 +33,10 @@ from bench.common import Figure, at_most, daemon_on_socket, run_alone, scratch_w
 from oryxmem.client import Client
 
 PROBE_EVERY_SECONDS = 0.002
+# How long the client saves before the INSERTs begin: long enough for the steady state,
+# and not a whole number of seconds, so that the first INSERT is not in step with the
+# daemon's first mirror of the client's saves (a second after the first of them).
+STEADY_SECONDS = 2.5
 PACES = {"back to back": 0.0, "every 10 ms": 0.01}
 
 
@@ -136,7 +140,7 @@ def run(args: argparse.Namespace) -> list[Figure]:
             client.search("steady", "warm up the model")
             for pace, pause in PACES.items():
                 with saving(client, pause):
-                    time.sleep(1)
+                    time.sleep(STEADY_SECONDS)
                     refused = refused_inserts(db, args.lock_runs, pace)
                     duty = duty_cycle(db, 3.0)
                 figures += [

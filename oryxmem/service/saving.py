@@ -26,7 +26,13 @@ from oryxmem.secrets import checked_content
 from oryxmem.service.results import SaveResult
 from oryxmem.service.shared import Shared
 from oryxmem.store import rows
-from oryxmem.store.db import OwnWritersBusy, brief_wait, is_locked, write_transaction
+from oryxmem.store.db import (
+    OwnWritersBusy,
+    brief_wait,
+    is_locked,
+    synced_after_the_lock,
+    write_transaction,
+)
 from oryxmem.store.format import ARCHIVAL, Entry
 from oryxmem.store.markdown import Append, MarkdownMemoryStore
 from oryxmem.store.sessions import ToolRecord, insert_tool_records
@@ -291,7 +297,7 @@ class Saving:
         lagging = list(pending)
         db = self.shared.db
         try:
-            with write_transaction(db):
+            with synced_after_the_lock(db):  # the log below lets go once the rows have them
                 insert_tool_records(db, records)
                 for agent, saves in pending.items():
                     path = str(self.shared.workspace.memory_path(agent))

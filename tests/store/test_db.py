@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import sqlite3
@@ -22,6 +23,7 @@ from oryxmem.store.db import (
     brief_wait,
     connect,
     is_locked,
+    synced_after_the_lock,
     write_transaction,
 )
 from oryxmem.store.indexdb import connect_index
@@ -286,3 +288,39 @@ def test_the_process_s_own_writers_take_turns_at_the_gate(tmp_path: Path) -> Non
     with brief_wait(second, 50), write_transaction(second):
         second.execute("INSERT INTO memory_entries(agent, content) VALUES ('a', 'y')")
     assert second.execute("SELECT content FROM memory_entries").fetchall() == [("y",)]
+
+
+def test_a_commit_is_synced_once_the_write_lock_is_let_go(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The mirror's commit waits for no fsync under the write lock; its WAL is synced right
+    after, when another program can already take the lock; the setting is as it was."""
+    path = tmp_path / "oryxos.db"
+    db = connect(path)
+    synced: list[tuple[str, bool]] = []
+    real_sync = os.fdatasync
+
+    def fdatasync(fd: int) -> None:
+        other = sqlite3.connect(path, timeout=0, isolation_level=None)
+        try:
+            other.execute("BEGIN IMMEDIATE")  # the lock is free while the WAL is synced
+            other.execute("ROLLBACK")
+            free = True
+        except sqlite3.OperationalError:
+            free = False
+        finally:
+            other.close()
+        synced.append((os.readlink(f"/proc/self/fd/{fd}"), free))
+        real_sync(fd)
+
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
+    with synced_after_the_lock(db):
+        assert db.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL: no fsync inside
+        db.execute("INSERT INTO memory_entries(agent, content) VALUES ('coder', 'x')")
+    assert synced == [(f"{path}-wal", True)]
+    assert db.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL again
+    with pytest.raises(RuntimeError), synced_after_the_lock(db):
+        db.execute("INSERT INTO memory_entries(agent, content) VALUES ('coder', 'y')")
+        raise RuntimeError("rolled back: nothing to sync")
+    assert len(synced) == 1 and db.execute("PRAGMA synchronous").fetchone()[0] == 2
+    assert shell(path, "SELECT group_concat(content) FROM memory_entries") == "x\n"
