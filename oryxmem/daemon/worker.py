@@ -10,9 +10,9 @@ are written side by side and their fsyncs overlap, and each group is answered
 as soon as its own append is durable: group commit, so throughput grows with
 the number of clients.
 
-Mirroring saves into the rows (one SQLite commit, itself an fsync) is derived
-work and is coalesced into few, large transactions, because each holds the
-database's write lock and another program writing the table without a busy
+Mirroring saves into the rows (one SQLite commit, its WAL synced once the write lock is
+let go) is derived work and is coalesced into few, large transactions, because each
+holds the rows' write lock and another program writing the table without a busy
 timeout fails while it is held: the thread mirrors what it has written once the
 oldest unmirrored save is MIRROR_MAX_AGE_SECONDS old, or when no job has come for
 MIRROR_IDLE_SECONDS if it last mirrored MIRROR_MIN_GAP_SECONDS ago, and always
@@ -24,8 +24,9 @@ directly sees the lag: at most a second. The records of tool calls
 call and its answer; records alone wait for a mirror's own time (they are read by
 no call). A mirror
 costs far less per entry in a big transaction than in many small ones, and the
-indexes that follow saves (the words) take the saves' rows in within it (up to
-upkeep.FOLLOW_ROWS; the indexer takes any more).
+indexes that follow saves (the words) take the saves' rows in right after it, in a
+transaction of the index file's (store/indexdb.py), which holds no lock of the rows
+(up to upkeep.FOLLOW_ROWS; the indexer takes any more).
 They take in what a reconcile changed right after it (unless saves wait: then
 after their mirror), so that another program's write is followed by the daemon's
 in one burst; and what is left when there is nothing else to do, and at least
