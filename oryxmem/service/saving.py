@@ -27,10 +27,12 @@ from oryxmem.service.results import SaveResult
 from oryxmem.service.shared import Shared
 from oryxmem.store import rows
 from oryxmem.store.db import (
+    Database,
     OwnWritersBusy,
     brief_wait,
     is_locked,
-    synced_after_the_lock,
+    sync_wal,
+    unsynced_transaction,
     write_transaction,
 )
 from oryxmem.store.format import ARCHIVAL, Entry
@@ -297,7 +299,7 @@ class Saving:
         lagging = list(pending)
         db = self.shared.db
         try:
-            with synced_after_the_lock(db):  # the log below lets go once the rows have them
+            with unsynced_transaction(db):  # synced below, with the write lock let go
                 insert_tool_records(db, records)
                 for agent, saves in pending.items():
                     path = str(self.shared.workspace.memory_path(agent))
@@ -314,13 +316,25 @@ class Saving:
             self._mirror_failed(error)
             self._sync_files(pending, rows_have_them=False)
             return []
-        self._sync_files(pending, rows_have_them=True)  # the answered log may let go
+        self._sync_files(pending, rows_have_them=self._rows_durable(db))
         self.mirrors += 1
         self._failing = False
         self.mirror_not_before = 0.0
         if indexes_follow:  # the rows of these saves, or a step of a rebuild
             self._follow()
         return lagging
+
+    @staticmethod
+    def _rows_durable(db: Database) -> bool:
+        """Sync the WAL that holds the mirror's commit, now that the write lock is let go.
+        Only then may the answered log let the saves' records go. A failed sync is
+        logged and leaves them open: the rows have the saves, the disk may not yet."""
+        try:
+            sync_wal(db)
+        except OSError as error:
+            log_failure(log, "the rows' WAL not synced yet; the answered log keeps them", error)
+            return False
+        return True
 
     def _sync_files(self, agents: Iterable[str], *, rows_have_them: bool) -> None:
         """Sync the MEMORY.md files the saves were appended to, and let their records in

@@ -215,13 +215,11 @@ def write_transaction(db: D) -> Iterator[D]:
 
 
 @contextmanager
-def synced_after_the_lock(db: Database) -> Iterator[Database]:
-    """write_transaction whose commit is made durable once the write lock is let go: the
-    commit itself waits for no fsync (synchronous=NORMAL), then the WAL, which holds
-    the commit whole, is synced. The same durability as a synced commit when this
-    returns, with the lock held that much less (another program's INSERT without a
-    busy timeout meets it less). The WAL has no lock of SQLite's on it, so opening and
-    closing it here drops none (a database file's would)."""
+def unsynced_transaction(db: Database) -> Iterator[Database]:
+    """write_transaction whose commit waits for no fsync (synchronous=NORMAL): the write
+    lock is held that much less (another program's INSERT without a busy timeout meets
+    it less). The caller makes the commit durable with sync_wal once the lock is let
+    go: the WAL holds the commit whole."""
     if db.conn.in_transaction:  # part of a transaction open already: its commit decides
         with write_transaction(db):
             yield db
@@ -233,11 +231,12 @@ def synced_after_the_lock(db: Database) -> Iterator[Database]:
             yield db
     finally:
         db.execute(f"PRAGMA synchronous = {level}")
-    sync_wal(db)
 
 
 def sync_wal(db: Executes) -> None:
-    """fdatasync the WAL of the connection's main database (none: nothing to sync)."""
+    """fdatasync the WAL of the connection's main database (none: nothing to sync), with
+    no lock held: SQLite keeps none on the WAL, so opening and closing it here drops none
+    (a database file's would)."""
     path = database_file(db)
     if not path:
         return

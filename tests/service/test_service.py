@@ -265,6 +265,54 @@ def test_a_save_is_synced_into_memory_md_with_its_rows_or_when_the_rows_fail(
     assert store.answered.records() == []
 
 
+def test_the_mirror_syncs_its_rows_with_the_lock_let_go_and_a_failed_sync_keeps_the_log(
+    service: MemoryService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The mirror's commit is made durable (its WAL synced) once the write lock is free for
+    other programs, and only then does the answered log let the saves go. When that sync
+    fails, the records stay (the rows have the saves, the disk may not yet), and the
+    saves are not mirrored twice."""
+    import sqlite3
+
+    from oryxmem.service import saving as saving_module
+
+    store = service.files.get("a")
+    lock_free: list[bool] = []
+    real_sync = saving_module.sync_wal
+
+    def sync_wal(db: object) -> None:
+        other = sqlite3.connect(service.workspace.db_path, timeout=0, isolation_level=None)
+        try:
+            other.execute("BEGIN IMMEDIATE")
+            other.execute("ROLLBACK")
+            lock_free.append(True)
+        except sqlite3.OperationalError:
+            lock_free.append(False)
+        finally:
+            other.close()
+        real_sync(db)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(saving_module, "sync_wal", sync_wal)
+    service.save("a", "synced with the lock let go")
+    assert lock_free == [True] and store.answered.records() == []
+
+    def failing(db: object) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(saving_module, "sync_wal", failing)
+    service.save("a", "its WAL not synced")
+    assert [r["entries"][0]["content"] for r in store.answered.records()] == ["its WAL not synced"]
+    assert service.saving.unmirrored_agents == []  # in the rows: not mirrored again
+    history = service.db.execute(
+        "SELECT count(*) FROM memory_history WHERE content = 'its WAL not synced'"
+    ).fetchone()[0]
+    assert history == 1
+    monkeypatch.setattr(saving_module, "sync_wal", real_sync)
+    service.save("a", "the next one")
+    service.mirror_saves()
+    assert store.answered.records() == []  # a later durable mirror lets them all go
+
+
 def test_a_failed_mirror_keeps_its_saves_queued_until_the_rows_take_them(
     service: MemoryService, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

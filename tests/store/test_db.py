@@ -23,7 +23,8 @@ from oryxmem.store.db import (
     brief_wait,
     connect,
     is_locked,
-    synced_after_the_lock,
+    sync_wal,
+    unsynced_transaction,
     write_transaction,
 )
 from oryxmem.store.indexdb import connect_index
@@ -290,37 +291,31 @@ def test_the_process_s_own_writers_take_turns_at_the_gate(tmp_path: Path) -> Non
     assert second.execute("SELECT content FROM memory_entries").fetchall() == [("y",)]
 
 
-def test_a_commit_is_synced_once_the_write_lock_is_let_go(
+def test_an_unsynced_commit_leaves_the_setting_as_it_was_and_its_wal_is_synced_after(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The mirror's commit waits for no fsync under the write lock; its WAL is synced right
-    after, when another program can already take the lock; the setting is as it was."""
+    """The mirror's commit waits for no fsync under the write lock (synchronous=NORMAL for
+    it alone; inside a transaction open already, that one's commit decides); sync_wal
+    then syncs the WAL that holds it."""
     path = tmp_path / "oryxos.db"
     db = connect(path)
-    synced: list[tuple[str, bool]] = []
-    real_sync = os.fdatasync
-
-    def fdatasync(fd: int) -> None:
-        other = sqlite3.connect(path, timeout=0, isolation_level=None)
-        try:
-            other.execute("BEGIN IMMEDIATE")  # the lock is free while the WAL is synced
-            other.execute("ROLLBACK")
-            free = True
-        except sqlite3.OperationalError:
-            free = False
-        finally:
-            other.close()
-        synced.append((os.readlink(f"/proc/self/fd/{fd}"), free))
-        real_sync(fd)
-
-    monkeypatch.setattr(os, "fdatasync", fdatasync)
-    with synced_after_the_lock(db):
+    with unsynced_transaction(db):
         assert db.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL: no fsync inside
         db.execute("INSERT INTO memory_entries(agent, content) VALUES ('coder', 'x')")
-    assert synced == [(f"{path}-wal", True)]
     assert db.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL again
-    with pytest.raises(RuntimeError), synced_after_the_lock(db):
+    with pytest.raises(RuntimeError), write_transaction(db):
         db.execute("INSERT INTO memory_entries(agent, content) VALUES ('coder', 'y')")
-        raise RuntimeError("rolled back: nothing to sync")
-    assert len(synced) == 1 and db.execute("PRAGMA synchronous").fetchone()[0] == 2
+        with unsynced_transaction(db):
+            db.execute("INSERT INTO memory_entries(agent, content) VALUES ('coder', 'z')")
+        raise RuntimeError("the outer transaction is rolled back, and its part with it")
+    assert db.execute("PRAGMA synchronous").fetchone()[0] == 2
     assert shell(path, "SELECT group_concat(content) FROM memory_entries") == "x\n"
+    synced: list[str] = []
+    real_sync = os.fdatasync
+    monkeypatch.setattr(
+        os,
+        "fdatasync",
+        lambda fd: synced.append(os.readlink(f"/proc/self/fd/{fd}")) or real_sync(fd),
+    )
+    sync_wal(db)
+    assert synced == [f"{path}-wal"]
