@@ -106,7 +106,6 @@ class VectorIndex(DerivedIndex):
     def __init__(self, config: Config | None = None) -> None:
         super().__init__(config)
         self._embedder: Embedder | None = None
-        self._keys: dict[str, str] = {}  # text -> its key, for the rows prepared
         self._prepared: dict[str, bytes] = {}  # key -> its vector, float16
         self._seen: dict[str, tuple[int, int]] = {}  # agent -> (data_version, writes) looked at
 
@@ -230,11 +229,8 @@ class VectorIndex(DerivedIndex):
 
     def prepare(self, rows: Sequence[IndexRow]) -> None:
         """Embed these rows' texts now, outside any transaction, for add() to take: each
-        text's key, and its vector as the float16 bytes that are stored."""
-        for row in rows:
-            if row.content not in self._keys:
-                self._keys[row.content] = text_key(row.content)
-        todo = {self._keys[r.content]: r.content for r in rows}
+        vector by its text's key, as the float16 bytes that are stored."""
+        todo = {text_key(r.content): r.content for r in rows}
         todo = {k: t for k, t in todo.items() if k not in self._prepared}
         if todo:
             vectors = self.embedder.embed_backlog(list(todo.values())).astype(np.float16)
@@ -243,7 +239,7 @@ class VectorIndex(DerivedIndex):
     def add(self, db: Database, rows: Sequence[IndexRow]) -> None:
         if not rows:
             return
-        keys = [self._keys.get(r.content) or text_key(r.content) for r in rows]
+        keys = [text_key(r.content) for r in rows]
         have = {
             row[0]
             for row in select_in(db, "SELECT key FROM memory_vectors WHERE key IN ({marks})", keys)
@@ -261,9 +257,8 @@ class VectorIndex(DerivedIndex):
             "INSERT OR REPLACE INTO memory_vector_rows(row_id, agent, key, step)",
             [(r.row_id, r.agent, k, step) for r, k in zip(rows, keys, strict=True)],
         )
-        for row, key in zip(rows, keys, strict=True):
+        for key in keys:
             self._prepared.pop(key, None)
-            self._keys.pop(row.content, None)
         self._matrices(db).writes += 1
 
     # --- searching ------------------------------------------------------------------

@@ -28,8 +28,8 @@ from pathlib import Path
 
 from oryxmem.errors import StorageError
 from oryxmem.store.db import Database, gate_of, write_transaction
-from oryxmem.store.dbfile import BUSY_TIMEOUT_MS, keep_private, use_wal
-from oryxmem.store.indexfile import OWN_TABLES, ROWS, empty, index_path, rows_uri
+from oryxmem.store.dbfile import BUSY_TIMEOUT_MS, Executes, keep_private, use_wal
+from oryxmem.store.indexfile import ROWS, index_path, rows_uri, start_afresh
 
 
 def connect_index(rows_path: Path) -> Database:
@@ -86,25 +86,25 @@ def index_floor(rows_path: Path) -> int:
     in it (then no change may be forgotten: an index made meanwhile starts from them)."""
     try:
         conn = open_index_readonly(rows_path)
-    except sqlite3.Error:
+        if conn is None:
+            return 0
+        try:
+            found = conn.execute("SELECT min(cursor) FROM index_state").fetchone()
+        finally:
+            conn.close()
+    except sqlite3.Error:  # another rows' file's, or not made yet: nothing is forgotten
         return 0
-    if conn is None:
-        return 0
-    try:
-        found = conn.execute("SELECT min(cursor) FROM index_state").fetchone()
-    except sqlite3.Error:
-        return 0
-    finally:
-        conn.close()
     return int(found[0] or 0)
 
 
-def _rows_id(conn: sqlite3.Connection | Database) -> str | None:
+def _rows_id(conn: Executes) -> str:
     found = conn.execute(f"SELECT id FROM {ROWS}.store_identity").fetchone()
-    return None if found is None else str(found[0])
+    if found is None:  # the migration that makes it always writes it
+        raise sqlite3.DatabaseError("the rows' file has no store_identity")
+    return str(found[0])
 
 
-def _origin(conn: sqlite3.Connection | Database) -> str | None:
+def _origin(conn: Executes) -> str | None:
     try:
         found = conn.execute("SELECT rows_id FROM main.index_origin").fetchone()
     except sqlite3.OperationalError:  # never made: no such table
@@ -127,10 +127,7 @@ def _made_from_these_rows(db: Database) -> None:
         return
     with write_transaction(db):
         if _stale(db):  # asked again under the lock: another process may have done it
-            empty(db)
-            for create in OWN_TABLES:
-                db.execute(create)
-            db.execute("INSERT INTO index_origin VALUES (?)", [_rows_id(db)])
+            start_afresh(db, _rows_id(db))
 
 
 def _stale(db: Database) -> bool:

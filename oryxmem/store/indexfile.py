@@ -41,15 +41,21 @@ def empty(db: Executes) -> None:
     """Drop every table of the index file (the caller holds a write transaction): each
     index is made again from the rows. Virtual tables first: their own tables go with
     them."""
-    for kind in ("virtual", "plain"):
-        tables = db.execute(
-            "SELECT name, sql FROM main.sqlite_master WHERE type = 'table'"
-            " AND name NOT LIKE 'sqlite_%'"
-        ).fetchall()
-        for name, sql in tables:
-            virtual = str(sql or "").upper().startswith("CREATE VIRTUAL")
-            if virtual == (kind == "virtual"):
-                db.execute(f'DROP TABLE IF EXISTS main."{name}"')
+    tables = db.execute(
+        "SELECT name FROM main.sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+        " ORDER BY sql LIKE 'CREATE VIRTUAL%' DESC"
+    ).fetchall()
+    for (name,) in tables:
+        db.execute(f'DROP TABLE IF EXISTS main."{name}"')
+
+
+def start_afresh(db: Executes, rows_id: str) -> None:
+    """Empty the index file and make its own tables, for the rows' file ``rows_id`` (the
+    caller holds a write transaction)."""
+    empty(db)
+    for create in OWN_TABLES:
+        db.execute(create)
+    db.execute("INSERT INTO index_origin VALUES (?)", [rows_id])
 
 
 # What an earlier oryxmem kept in the rows' file. The vectors and the episodes (costly to
@@ -114,10 +120,7 @@ def _carry(rows_path: Path, rows_id: str, tables: list[str], with_states: bool) 
 def _carry_tables(
     conn: sqlite3.Connection, rows_id: str, tables: list[str], with_states: bool
 ) -> None:
-    empty(conn)
-    for create in OWN_TABLES:
-        conn.execute(create)
-    conn.execute("INSERT INTO index_origin VALUES (?)", [rows_id])
+    start_afresh(conn, rows_id)
     made = conn.execute(
         f"SELECT sql FROM {ROWS}.sqlite_master WHERE tbl_name IN"
         f" ({', '.join('?' * len(tables))}) AND sql IS NOT NULL"

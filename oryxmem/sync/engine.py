@@ -195,10 +195,15 @@ class SyncEngine:
             if progress is not None:
                 progress(report)
         if not dry_run:
-            floor = index_floor(self.workspace.db_path)  # read first: it only rises
-            with write_transaction(self.db):
-                rows.prune_changes(self.db, floor)
+            self.prune_changes()
         return reports
+
+    def prune_changes(self) -> int:
+        """Forget the changes every agent and every index have taken in (the indexes'
+        lowest cursor is read first, from their own file: it only rises)."""
+        floor = index_floor(self.workspace.db_path)
+        with write_transaction(self.db):
+            return rows.prune_changes(self.db, floor)
 
     def quarantine_unsafe_agents(self) -> list[AgentReport]:
         """Rows whose agent name can never be a directory: quarantined, and reported."""

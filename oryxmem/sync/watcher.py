@@ -48,8 +48,7 @@ from oryxmem.errors import log_failure
 from oryxmem.fileio import file_stat
 from oryxmem.store import rows
 from oryxmem.store.base import StoreLimits
-from oryxmem.store.db import connect, is_locked, write_transaction
-from oryxmem.store.indexdb import index_floor
+from oryxmem.store.db import connect, is_locked
 from oryxmem.store.markdown import MarkdownFiles
 from oryxmem.sync.engine import AgentReport, SyncEngine
 from oryxmem.workspace import GLOBAL_AGENT, Workspace
@@ -427,9 +426,7 @@ class SyncWatcher:
         return result
 
     def _prune(self) -> list[int]:
-        floor = index_floor(self.workspace.db_path)  # read first: it only rises
-        with write_transaction(self.db):
-            return [rows.prune_changes(self.db, floor)]
+        return [self.engine.prune_changes()]
 
     def _data_version(self) -> int:
         value = self.db.conn.execute("PRAGMA data_version").fetchone()[0]
