@@ -10,10 +10,19 @@ as much as its own (BM25F column weights). Measured on the LoCoMo dev set
 to 0.641 (stemming had raised it from 0.529). Measured before stemming: the
 entries after an entry do not help, one before helps less than two, and context
 at full weight hurts the first hit (R@1 0.333).
+
+A third column, the owner, holds one term per row naming its agent (owner_term), with
+weight 0: a search matches it with the query's words, so FTS5 reads the postings of
+that agent's entries only. Filtering on an UNINDEXED agent column instead read each
+matched entry's stored row, every agent's, and cost most of a search (50 agents of
+2,000 entries: p50 2.05 ms and p99 180 ms for the BM25 arm, now 0.64 and 9.5 ms). The
+term adds one token to each row's length, which left the dev set's figures unchanged
+to the third decimal.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -45,9 +54,23 @@ COMMON_ENTRIES = 2000
 RAREST_CAP = 16 * COMMON_ENTRIES
 
 
+def owner_term(agent: str) -> str:
+    """The term that marks an agent's rows in the owner column: one unicode61 token
+    (letters and digits), no word of a text, matched with the query's words so FTS5
+    reads only that agent's entries (an UNINDEXED column is read row by row)."""
+    return "o" + hashlib.blake2b(agent.encode(), digest_size=8).hexdigest()
+
+
+def words_match(terms: list[str]) -> str:
+    """A MATCH of any of these terms in the texts' columns (never the owner's)."""
+    return f"{{body context}} : ({match_any(terms)})"
+
+
 class BM25Index(DerivedIndex):
     name = "bm25"
-    version = 2  # 2: stemmed by terms.py (Snowball), not by SQLite's porter tokenizer
+    # 2: stemmed by terms.py (Snowball), not by SQLite's porter tokenizer; 3: the owner
+    # column (owner_term)
+    version = 3
 
     def __init__(self, config: Config | None = None) -> None:
         super().__init__(config)
@@ -57,7 +80,7 @@ class BM25Index(DerivedIndex):
 
     def create(self, db: Database) -> None:
         db.execute(
-            "CREATE VIRTUAL TABLE memory_terms USING fts5(body, context, agent UNINDEXED,"
+            "CREATE VIRTUAL TABLE memory_terms USING fts5(body, context, owner, agent UNINDEXED,"
             " scope UNINDEXED, seq UNINDEXED, tokenize='unicode61 remove_diacritics 0')"
         )
         # How many entries hold each term; and how many entries there are.
@@ -87,9 +110,17 @@ class BM25Index(DerivedIndex):
     def add(self, db: Database, rows: Sequence[IndexRow]) -> None:
         insert_values(
             db,
-            "INSERT INTO memory_terms(rowid, body, context, agent, scope, seq)",
+            "INSERT INTO memory_terms(rowid, body, context, owner, agent, scope, seq)",
             [
-                (r.row_id, self._text(r.content), self._context(db, r), r.agent, r.scope, r.seq)
+                (
+                    r.row_id,
+                    self._text(r.content),
+                    self._context(db, r),
+                    owner_term(r.agent),
+                    r.agent,
+                    r.scope,
+                    r.seq,
+                )
                 for r in rows
             ],
         )
@@ -122,7 +153,7 @@ class BM25Index(DerivedIndex):
         """How many entries hold the word, counted up to cap."""
         found = db.execute(
             "SELECT count(*) FROM (SELECT 1 FROM memory_terms WHERE memory_terms MATCH ? LIMIT ?)",
-            [match_any([word]), cap],
+            [words_match([word]), cap],
         ).fetchone()
         return int(found[0])
 
@@ -185,20 +216,20 @@ class BM25Index(DerivedIndex):
         if not words:
             return []
         selected, too_common = self._selective(db, words)
-        match = match_any(selected)
+        match = f"owner : {owner_term(agent)} AND {words_match(selected)}"
         newest = 0  # the oldest row id ranked
         if too_common:  # only the newest COMMON_ENTRIES holding it: BM25 reads no more
             cut = db.execute(
-                "SELECT rowid FROM memory_terms WHERE memory_terms MATCH ? AND agent = ?"
+                "SELECT rowid FROM memory_terms WHERE memory_terms MATCH ?"
                 " ORDER BY rowid DESC LIMIT 1 OFFSET ?",
-                [match, agent, COMMON_ENTRIES - 1],
+                [match, COMMON_ENTRIES - 1],
             ).fetchone()
             newest = cut[0] if cut is not None else 0
         rows: Any = db.execute(
-            f"SELECT rowid, bm25(memory_terms, 1.0, {CONTEXT_WEIGHT}) AS rank,"
-            " bm25(memory_terms, 1.0, 0.0) FROM memory_terms"
-            " WHERE memory_terms MATCH ? AND agent = ? AND rowid >= ? ORDER BY rank LIMIT ?",
-            [match, agent, newest, -1 if limit is None else limit],
+            f"SELECT rowid, bm25(memory_terms, 1.0, {CONTEXT_WEIGHT}, 0.0) AS rank,"
+            " bm25(memory_terms, 1.0, 0.0, 0.0) FROM memory_terms"
+            " WHERE memory_terms MATCH ? AND rowid >= ? ORDER BY rank LIMIT ?",
+            [match, newest, -1 if limit is None else limit],
         )
         # bm25() is negated (lower ranks better); 0 where nothing of the entry matched.
         return [(Hit(row_id, -rank), own < 0) for row_id, rank, own in rows]

@@ -451,6 +451,46 @@ def test_a_word_no_entry_holds_never_crowds_out_one_every_entry_holds(
     service.close()
 
 
+def test_each_agent_is_searched_alone_and_no_agent_name_is_a_word(
+    workspace: Workspace,
+) -> None:
+    """The words arm matches an agent's own rows by a term of the owner column: another
+    agent's entries are never ranked, and neither an agent's name nor its owner term is
+    a word of any text."""
+    fill(workspace, "coder", ["User likes tea.", "The tea agent reviews code."])
+    fill(workspace, "tea", ["Steep it for three minutes.", "User likes tea, green."])
+    service = MemoryService(workspace, Config.load(workspace.config_path))
+    coder = service.search("coder", "tea", limit=10, mode="keyword")
+    assert set(contents(coder.hits)) == {"User likes tea.", "The tea agent reviews code."}
+    tea = service.search("tea", "tea", limit=10, mode="keyword")
+    assert contents(tea.hits) == ["User likes tea, green."]
+    assert not service.search("tea", "reviews code", mode="keyword").hits  # coder's words
+    for agent in ("coder", "tea"):
+        term = bm25_module.owner_term(agent)
+        assert not service.search(agent, term, mode="keyword").hits
+    service.close()
+
+
+def test_a_words_index_of_the_previous_version_is_made_again_with_its_owners(
+    workspace: Workspace,
+) -> None:
+    """Version 2 filtered on an UNINDEXED agent column: an index file of that version is
+    made again (its rows taken in anew), and searches answer as before."""
+    fill(workspace, "coder", MEMORY)
+    service = MemoryService(workspace, Config.load(workspace.config_path))
+    before = contents(service.search("coder", "tea production", mode="keyword").hits)
+    with write_transaction(service.index_db):
+        service.index_db.execute("UPDATE index_state SET version = 2 WHERE name = 'bm25'")
+    service.close()
+    service = MemoryService(workspace, Config.load(workspace.config_path))
+    assert contents(service.search("coder", "tea production", mode="keyword").hits) == before
+    state = read_index_state(service.index_db, BM25Index())
+    assert state is not None and state.identity == BM25Index.version == 3
+    owners = service.index_db.execute("SELECT DISTINCT owner FROM memory_terms").fetchall()
+    assert owners == [(bm25_module.owner_term("coder"),)]
+    service.close()
+
+
 def test_bad_searches_are_clear_errors(service: MemoryService) -> None:
     with pytest.raises(EmptyKeywordError):
         service.search("coder", "  ")
