@@ -88,6 +88,10 @@ QUICK = [
     "3",
     "--scale-sizes",
     "10000,100000",
+    "--scale-shared",
+    "20000",
+    "--scale-agents",
+    "20",
 ]
 
 

@@ -36,6 +36,7 @@ from bench.common import (
     time_calls,
 )
 from oryxmem.client import Client
+from oryxmem.launch import oryxmem_command
 from oryxmem.store.format import render_entry_line
 
 TS = "2026-11-01 09:00:00"
@@ -103,11 +104,8 @@ def mcp_calls(root: Path, env: dict[str, str], calls: int) -> dict[str, list[flo
         "memory_block": {},
         "save_memory": {"content": "a benchmark save"},
     }
-    params = StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "oryxmem", "--root", str(root), "mcp", "--agent", "coder"],
-        env=env,
-    )
+    command, *args = oryxmem_command("--root", str(root), "mcp", "--agent", "coder")
+    params = StdioServerParameters(command=command, args=args, env=env)
     return timed_tools(params, tools, calls)
 
 
@@ -125,7 +123,7 @@ def hook_runs(
     }
     timed: dict[str, list[float]] = {}
     for event, payload in payloads.items():
-        command = [sys.executable, "-m", "oryxmem", "hook", event, "--agent", "coder"]
+        command = oryxmem_command("hook", event, "--agent", "coder")
         stdin = json.dumps(payload)
 
         def once(command: list[str] = command, stdin: str = stdin) -> None:

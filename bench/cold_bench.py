@@ -20,11 +20,11 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 from bench.common import Figure, at_most, percentile, run_alone, scratch_workspace
+from oryxmem.launch import oryxmem_command
 from oryxmem.store.format import render_entry_line
 
 TS = "2026-11-01 09:00:00"
@@ -58,9 +58,7 @@ def seed(root: Path, count: int) -> None:
 def timed(command: list[str], env: dict[str, str]) -> float:
     """Milliseconds of one whole process (it must succeed)."""
     started = time.perf_counter()
-    done = subprocess.run(
-        [sys.executable, "-m", "oryxmem", *command], env=env, capture_output=True, timeout=300
-    )
+    done = subprocess.run(oryxmem_command(*command), env=env, capture_output=True, timeout=300)
     took = (time.perf_counter() - started) * 1000
     if done.returncode != 0:
         raise RuntimeError(f"oryxmem {' '.join(command)}: {done.stderr.decode()}")
@@ -68,9 +66,7 @@ def timed(command: list[str], env: dict[str, str]) -> float:
 
 
 def status(env: dict[str, str]) -> dict[str, object]:
-    done = subprocess.run(
-        [sys.executable, "-m", "oryxmem", "status", "--json"], env=env, capture_output=True
-    )
+    done = subprocess.run(oryxmem_command("status", "--json"), env=env, capture_output=True)
     return dict(json.loads(done.stdout)) if done.returncode == 0 else {}
 
 
@@ -81,7 +77,7 @@ def run(args: argparse.Namespace) -> list[Figure]:
         sock = f"/tmp/oryxmem-cold-{random.randrange(1 << 30)}.sock"
         env = {**os.environ, "ORYXMEM_ROOT": str(root), "ORYXMEM_SOCKET": sock}
         off = {**env, "ORYXMEM_AUTOSTART": "0"}
-        subprocess.run([sys.executable, "-m", "oryxmem", "sync"], env=off, check=True)
+        subprocess.run(oryxmem_command("sync"), env=off, check=True)
         where = f"{args.cold_entries} entries, no daemon"
         for name, command in WITHOUT_DAEMON.items():
             samples = [timed(command, off) for _ in range(args.cold_runs)]

@@ -9,7 +9,6 @@ import random
 import signal
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -18,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from oryxmem.fileio import atomic_write
+from oryxmem.launch import oryxmem_command
 
 
 def percentile(samples: list[float], fraction: float) -> float:
@@ -232,10 +232,12 @@ def report(title: str, figures: list[Figure], as_json: bool) -> None:
 def start_oryxmem(
     command: list[str], root: Path, log: Path, ready: bytes, env: dict[str, str] | None = None
 ) -> subprocess.Popen[bytes]:
-    """`python -m oryxmem COMMAND` on a workspace, once its log says it is ready."""
+    """`oryxmem COMMAND` on a workspace as hosts start it (launch.py: the installed package,
+    or the one PYTHONPATH names, never the current folder's), once its log says it is
+    ready."""
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "oryxmem", *command],
+            oryxmem_command(*command),
             stdout=out,
             stderr=subprocess.STDOUT,
             env={**os.environ, "ORYXMEM_ROOT": str(root), **(env or {})},

@@ -20,7 +20,6 @@ import os
 import random
 import statistics
 import subprocess
-import sys
 import urllib.parse
 from pathlib import Path
 
@@ -35,6 +34,7 @@ from bench.common import (
     time_calls,
 )
 from bench.search_bench import seed, sentences, zipf_words
+from oryxmem.launch import oryxmem_command
 from oryxmem.workspace import Workspace
 
 
@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> list[Figure]:
         env = {**os.environ, "ORYXMEM_ROOT": str(root), "ORYXMEM_SOCKET": str(sock)}
         daemon = start_oryxmem(["daemon"], root, root / "daemon.log", b"serving", env)
         console = subprocess.Popen(
-            [sys.executable, "-m", "oryxmem", "console", "--no-browser"],
+            oryxmem_command("console", "--no-browser"),
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,

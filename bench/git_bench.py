@@ -19,11 +19,11 @@ import json
 import os
 import statistics
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 from bench.common import Figure, at_most, run_alone, scratch_dir, start_oryxmem, stop
+from oryxmem.launch import oryxmem_command
 from oryxmem.store import tombstones
 from oryxmem.store.format import parse, render_entry_line
 
@@ -77,17 +77,7 @@ def merge_figures(entries: int, folder: Path) -> list[Figure]:
                 (folder / name).write_text(text)
             started = time.perf_counter()
             subprocess.run(
-                [
-                    sys.executable,
-                    "-P",
-                    "-m",
-                    "oryxmem",
-                    "merge-driver",
-                    "O",
-                    "A",
-                    "B",
-                    ".oryxos/agents/coder/MEMORY.md",
-                ],
+                oryxmem_command("merge-driver", "O", "A", "B", ".oryxos/agents/coder/MEMORY.md"),
                 cwd=folder,
                 check=True,
             )
@@ -129,7 +119,7 @@ def converge_figures(rounds: int, folder: Path) -> list[Figure]:
 
     def cli(root: Path, *args: str) -> None:
         subprocess.run(
-            [sys.executable, "-m", "oryxmem", "--root", str(root), *args],
+            oryxmem_command("--root", str(root), *args),
             check=True,
             capture_output=True,
             env=ENV,

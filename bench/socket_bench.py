@@ -12,7 +12,6 @@ import os
 import resource
 import statistics
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -31,6 +30,7 @@ from bench.common import (
 )
 from oryxmem.client import Client
 from oryxmem.config import set_value
+from oryxmem.launch import oryxmem_command
 from oryxmem.store.format import render_entry_line
 from oryxmem.workspace import Workspace
 
@@ -221,7 +221,7 @@ def run(args: argparse.Namespace) -> list[Figure]:
             for _ in range(5):
                 started = time.perf_counter()
                 subprocess.run(
-                    [sys.executable, "-m", "oryxmem", "recall", "--agent", "big", "step 77 of"],
+                    oryxmem_command("recall", "--agent", "big", "step 77 of"),
                     env={**os.environ, "ORYXMEM_ROOT": str(root), "ORYXMEM_SOCKET": str(sock)},
                     check=True,
                     capture_output=True,

@@ -9,7 +9,6 @@ import argparse
 import os
 import statistics
 import subprocess
-import sys
 import time
 import tracemalloc
 from pathlib import Path
@@ -26,6 +25,7 @@ from bench.common import (
 )
 from oryxmem.backends.sqlite import SqliteMemoryStore
 from oryxmem.fileio import FileLock
+from oryxmem.launch import oryxmem_command
 from oryxmem.store.base import LongTermMemoryStore, StoreLimits
 from oryxmem.store.db import connect, write_transaction
 from oryxmem.store.format import ARCHIVAL, NewEntry, numbered, parse, render_entry_line
@@ -76,7 +76,7 @@ def seed(workspace: Workspace, agent: str, count: int) -> None:
 
 def sync(workspace: Workspace) -> None:
     subprocess.run(
-        [sys.executable, "-m", "oryxmem", "sync"],
+        oryxmem_command("sync"),
         env={**os.environ, "ORYXMEM_ROOT": str(workspace.root)},
         check=True,
         capture_output=True,
@@ -180,7 +180,7 @@ def cold_cli_recall(workspace: Workspace, agent: str, repeat: int = 5) -> float:
     for _ in range(repeat):
         started = time.perf_counter()
         subprocess.run(
-            [sys.executable, "-m", "oryxmem", "recall", "--agent", agent, "step 7 "],
+            oryxmem_command("recall", "--agent", agent, "step 7 "),
             env=env,
             check=True,
             capture_output=True,
