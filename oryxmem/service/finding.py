@@ -71,7 +71,10 @@ class Finding:
         if self.shared.index_upkeep:  # alone (no daemon keeps the rows and indexes current):
             self._settle_rows(ref.agent)  # a file edited since the last sync is read first
             self.upkeep.catch_up_indexes()  # the keyword arm sees every row (cheap when current)
-        ranking, note = self._rank(ref.agent, query, mode)
+        # Every arm brings its POOL best either way; only as many are ranked in full as
+        # can be answered: the first `count`, unless a filter may leave some out.
+        best = min(count, POOL) if scope is None and min_similarity is None else POOL
+        ranking, note = self._rank(ref.agent, query, mode, best)
         kept = [  # the words found it, or its meaning is close enough
             ranked
             for ranked in ranking.ranked
@@ -105,9 +108,11 @@ class Finding:
                 " (mode keyword or hybrid), or set recall.embedder"
             )
 
-    def _rank(self, agent: str, query: str, mode: str) -> tuple[Ranking, str | None]:
-        """The ranking by every arm of ``mode``, and a note when it searched by words only
-        because the model could not be used."""
+    def _rank(
+        self, agent: str, query: str, mode: str, limit: int
+    ) -> tuple[Ranking, str | None]:
+        """The ``limit`` best by every arm of ``mode``, and a note when it searched by
+        words only because the model could not be used."""
         shared, upkeep = self.shared, self.upkeep
         words = upkeep.arm("words")
         if words is None:
@@ -119,13 +124,13 @@ class Finding:
                 for _ in range(SEARCH_EMBED_STEPS):
                     if not upkeep.embed_step():
                         break
-            return rank(shared.index_db, agent, query, POOL, mode, bm25, vectors), None
+            return rank(shared.index_db, agent, query, limit, mode, bm25, vectors), None
         except EmbedderUnavailableError as error:
             if mode == "semantic":
                 raise
             note = f"searched by words only: {error.message}"
             log.info("%s", note)  # the caller is told in the result (the CLI prints it)
-            return rank(shared.index_db, agent, query, POOL, "keyword", bm25, None), note
+            return rank(shared.index_db, agent, query, limit, "keyword", bm25, None), note
 
     def _hits(self, kept: list[Ranked], count: int, scope: str | None) -> list[SearchHit]:
         """The first ``count`` of the ranked rows in ``scope``, with their entries (read

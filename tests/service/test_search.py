@@ -454,9 +454,8 @@ def test_a_word_no_entry_holds_never_crowds_out_one_every_entry_holds(
 def test_each_agent_is_searched_alone_and_no_agent_name_is_a_word(
     workspace: Workspace,
 ) -> None:
-    """The words arm matches an agent's own rows by a term of the owner column: another
-    agent's entries are never ranked, and neither an agent's name nor its owner term is
-    a word of any text."""
+    """The words arm asks FTS5 for the range of keys of the agent's own entries: another
+    agent's entries are never ranked, and an agent's name is no word of its texts."""
     fill(workspace, "coder", ["User likes tea.", "The tea agent reviews code."])
     fill(workspace, "tea", ["Steep it for three minutes.", "User likes tea, green."])
     service = MemoryService(workspace, Config.load(workspace.config_path))
@@ -465,17 +464,16 @@ def test_each_agent_is_searched_alone_and_no_agent_name_is_a_word(
     tea = service.search("tea", "tea", limit=10, mode="keyword")
     assert contents(tea.hits) == ["User likes tea, green."]
     assert not service.search("tea", "reviews code", mode="keyword").hits  # coder's words
-    for agent in ("coder", "tea"):
-        term = bm25_module.owner_term(agent)
-        assert not service.search(agent, term, mode="keyword").hits
+    assert not service.search("nobody", "tea", mode="keyword").hits  # no entry, no slot
     service.close()
 
 
-def test_a_words_index_of_the_previous_version_is_made_again_with_its_owners(
+def test_a_words_index_of_the_previous_version_is_made_again_keyed_by_agent(
     workspace: Workspace,
 ) -> None:
-    """Version 2 filtered on an UNINDEXED agent column: an index file of that version is
-    made again (its rows taken in anew), and searches answer as before."""
+    """Version 2 numbered an entry by its row id and filtered on an UNINDEXED agent
+    column: an index file of that version is made again, its entries keyed by their
+    agent's slot, and searches answer as before."""
     fill(workspace, "coder", MEMORY)
     service = MemoryService(workspace, Config.load(workspace.config_path))
     before = contents(service.search("coder", "tea production", mode="keyword").hits)
@@ -486,9 +484,57 @@ def test_a_words_index_of_the_previous_version_is_made_again_with_its_owners(
     assert contents(service.search("coder", "tea production", mode="keyword").hits) == before
     state = read_index_state(service.index_db, BM25Index())
     assert state is not None and state.identity == BM25Index.version == 3
-    owners = service.index_db.execute("SELECT DISTINCT owner FROM memory_terms").fetchall()
-    assert owners == [(bm25_module.owner_term("coder"),)]
+    db = service.index_db
+    ((slot,),) = db.execute("SELECT slot FROM memory_terms_agents WHERE agent = 'coder'")
+    keyed = db.execute("SELECT row_id, key FROM memory_terms_keys").fetchall()
+    assert len(keyed) == len(MEMORY)
+    assert all(key == slot << bm25_module.KEY_BITS | row_id for row_id, key in keyed)
+    assert sorted(k for (k,) in db.execute("SELECT rowid FROM memory_terms")) == sorted(
+        key for _, key in keyed
+    )
     service.close()
+
+
+def test_an_entry_edited_or_forgotten_leaves_the_words_by_its_key(
+    workspace: Workspace,
+) -> None:
+    """An entry's key is found by its row id when it changes or goes: the words index
+    holds each entry once, under its agent's key, as the rows do."""
+    fill(workspace, "coder", ["alpha one", "alpha two", "alpha three"])
+    fill(workspace, "tea", ["alpha four"])
+    service = MemoryService(workspace, Config.load(workspace.config_path))
+    ids = {hit.entry.content: hit.entry.entry_id for hit in service.search("coder", "alpha").hits}
+    service.edit("coder", (), {ids["alpha two"]: "beta two"})
+    service.forget("coder", [ids["alpha three"]])
+
+    def by_own_words(agent: str, query: str) -> list[str]:
+        hits = service.search(agent, query, mode="keyword").hits
+        return [hit.entry.content for hit in hits if "keyword" in hit.arms]
+
+    assert by_own_words("coder", "alpha") == ["alpha one"]
+    assert by_own_words("coder", "beta") == ["beta two"]
+    assert by_own_words("tea", "alpha") == ["alpha four"]
+    db = service.index_db
+    rows = db.execute("SELECT id FROM memory_entries").fetchall()
+    keys = db.execute("SELECT row_id FROM memory_terms_keys").fetchall()
+    assert sorted(rows) == sorted(keys)
+    assert db.execute("SELECT count(*) FROM memory_terms").fetchone()[0] == len(rows) == 3
+    service.close()
+
+
+def test_a_search_answers_the_same_first_hits_whatever_its_limit(
+    service: MemoryService,
+) -> None:
+    """A search ranks in full only as many as it answers (when no scope or similarity
+    floor may leave some out): its first hits are those of a longer search."""
+    service.save("coder", "The user drinks tea while the CI runs.")
+    service.save("coder", "Tea is green; the CI is green too.")
+    for query in ("tea", "the CI", "green tea in the morning"):
+        every = contents(service.search("coder", query, limit=50).hits)
+        for limit in (1, 2, 3):
+            assert contents(service.search("coder", query, limit=limit).hits) == every[:limit]
+        archival = contents(service.search("coder", query, limit=2, scope="archival").hits)
+        assert archival == every[:2]  # (every entry here is archival)
 
 
 def test_bad_searches_are_clear_errors(service: MemoryService) -> None:
