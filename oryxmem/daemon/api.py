@@ -17,6 +17,7 @@ import time
 import urllib.parse
 import weakref
 from collections.abc import Awaitable, Callable
+from functools import partial
 from http import HTTPStatus
 from typing import Any
 
@@ -220,16 +221,36 @@ async def run(request: web.Request, work: Callable[[MemoryService], Any]) -> Any
 async def ranked(
     request: web.Request, ref: AgentRef | None, work: Callable[[MemoryService], Any]
 ) -> Any:
-    """A search (or a recall by meaning) on a reader thread (readers.py says why). First,
-    on the memory thread, the rows take in every save acknowledged before this request
-    and the keyword indexes those rows, unless they have a backlog to take in (which the
-    indexer does meanwhile; the search says how much); and the agent named in the URL is
-    found safe."""
+    """A search (or a recall by meaning) on a reader thread (readers.py says why). The
+    rows must hold every save acknowledged before this request and the keyword indexes
+    every row, unless they have a backlog to take in (which the indexer does meanwhile;
+    the search says how much); and the agent named in the URL must be found safe. When
+    the rows hold them and the reader finds the indexes current, it answers at once;
+    else the memory thread brings them up first (a save just answered, a reconcile)."""
+    readers = request.app[READERS]
+    if request.app[WORKER].saving.every_answered_save_in_rows:
+        answer = await asyncio.wrap_future(readers.call(partial(_if_current, ref, work)))
+        if answer is not _BEHIND:
+            return answer
     if ref is None:
         await run(request, _follow_saves)
     else:
         await run_for(request, ref, _follow_saves)
-    return await asyncio.wrap_future(request.app[READERS].call(work))
+    return await asyncio.wrap_future(readers.call(work))
+
+
+_BEHIND = object()  # the keyword indexes have rows to take in
+
+
+def _if_current(
+    ref: AgentRef | None, work: Callable[[MemoryService], Any], service: MemoryService
+) -> Any:
+    """work(), on a reader, when the indexes that follow saves have every row."""
+    if ref is not None:
+        service.check_folder(ref)
+    if not service.upkeep.words_caught_up():
+        return _BEHIND
+    return work(service)
 
 
 def _follow_saves(service: MemoryService) -> int:

@@ -3,9 +3,9 @@
 A search takes milliseconds (the query's embedding, a matrix product, BM25 over a
 large memory) and, with an embedding server, as long as that server takes to
 answer: none of it may hold up a save. So the memory thread only brings the rows
-up to every acknowledged save and the keyword indexes up to the rows (well under
-a millisecond when nothing is pending; see api.ranked), and the ranking runs
-here, on one of READER_THREADS threads. Each has its own MemoryService and
+up to every acknowledged save and the keyword indexes up to the rows, and only when
+they lag (api.ranked: when nothing is pending the search comes straight here), and
+the ranking runs here, on one of READER_THREADS threads. Each has its own MemoryService and
 connection (WAL: a reader never blocks the writer); they share the process's one
 copy of each agent's vectors and of the model. A reader writes nothing: the
 memory thread keeps the keyword indexes current, the indexer the vectors.

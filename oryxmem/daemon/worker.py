@@ -160,13 +160,14 @@ def _send(outcomes: list[tuple[_Save, Outcome]]) -> None:
 class _Group:
     """One agent's saves of a round, as one batch of the service's write path."""
 
+    saving: Saving
     jobs: list[_Save]
     batch: SaveBatch
     sent: set[int] = field(default_factory=set)
 
     def write(self) -> None:
         """The durable append, then the answers at once; on a writer thread."""
-        Saving.write_batch(self.batch)
+        self.saving.write_batch(self.batch)
         _reply(self.jobs, self.batch, self.sent)  # durable in MEMORY.md: acknowledged
 
 
@@ -456,7 +457,7 @@ class MemoryWorker:
         prepared = []
         for jobs in groups:
             batch = self.saving.prepare_batch(jobs[0].ref, [job.request for job in jobs])
-            group = _Group(jobs, batch)
+            group = _Group(self.saving, jobs, batch)
             _reply(jobs, batch, group.sent)  # the ones refused up front
             if batch.prepared:
                 prepared.append(group)

@@ -108,9 +108,7 @@ class Finding:
                 " (mode keyword or hybrid), or set recall.embedder"
             )
 
-    def _rank(
-        self, agent: str, query: str, mode: str, limit: int
-    ) -> tuple[Ranking, str | None]:
+    def _rank(self, agent: str, query: str, mode: str, limit: int) -> tuple[Ranking, str | None]:
         """The ``limit`` best by every arm of ``mode``, and a note when it searched by
         words only because the model could not be used."""
         shared, upkeep = self.shared, self.upkeep

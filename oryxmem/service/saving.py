@@ -130,6 +130,11 @@ class Saving:
         self.batches = 0
         self.saves = 0
         self.mirrors = 0
+        # Saves appended (counted before they are acknowledged; by the writer threads) and
+        # saves a mirror has put in the rows: equal, every acknowledged save is in them.
+        self._appended = 0
+        self._appended_lock = threading.Lock()
+        self._mirrored = 0
 
     def save_one(self, ref: AgentRef, request: SaveRequest) -> SaveResult:
         outcome = self.save_batch(ref, [request]).outcome(0)
@@ -175,8 +180,7 @@ class Saving:
                 batch.outcomes[index] = error
         return batch
 
-    @staticmethod
-    def write_batch(batch: SaveBatch) -> None:
+    def write_batch(self, batch: SaveBatch) -> None:
         """The durable append of a prepared batch. Touches only this agent's file, so the
         batches of different agents may be written side by side on other threads."""
         if not batch.prepared or batch.store is None:
@@ -187,6 +191,8 @@ class Saving:
         except Exception as error:  # finish_batch decides what the callers are told
             batch.error = error
             return
+        with self._appended_lock:
+            self._appended += len(batch.written.entries)
         for (index, _), entry in zip(batch.prepared, batch.written.entries, strict=True):
             batch.outcomes[index] = SaveResult(batch.ref, entry)
 
@@ -249,6 +255,13 @@ class Saving:
         """Has someone else (an editor, git) written this agent's MEMORY.md since this
         process last did?"""
         return self.shared.files.get(agent).left_by_others()
+
+    @property
+    def every_answered_save_in_rows(self) -> bool:
+        """Has a mirror put in the rows every save acknowledged so far? (Read from any
+        thread: an append is counted before its save is acknowledged, and the mirrored
+        count is read first, so a count caught between the two reads errs towards no.)"""
+        return self._mirrored == self._appended
 
     @property
     def unmirrored_agents(self) -> list[str]:
@@ -317,6 +330,7 @@ class Saving:
             self._sync_files(pending, rows_have_them=False)
             return []
         self._sync_files(pending, rows_have_them=self._rows_durable(db))
+        self._mirrored += sum(len(a.entries) for saves in pending.values() for a in saves.appends)
         self.mirrors += 1
         self._failing = False
         self.mirror_not_before = 0.0

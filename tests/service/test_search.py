@@ -604,6 +604,23 @@ def test_search_over_the_socket_the_client_the_cli_and_the_tool(
     assert tools[0].startswith('recall_memory|1|{"query"')
 
 
+def test_a_search_over_the_socket_sees_each_save_answered_before_it_and_others_rows(
+    workspace: Workspace, running: RunningDaemon
+) -> None:
+    """A search is answered on a reader at once when the rows hold every save answered
+    so far and the words every row; else the memory thread brings them up first: a save
+    answered a moment ago is found, and so is a row another program wrote."""
+    with Client(running.socket) as client:
+        for n in range(30):
+            client.save("coder", f"kumquat number {n}")
+            hits = client.search("coder", f"kumquat number {n}", limit=1, mode="keyword")
+            assert hits["hits"][0]["content"] == f"kumquat number {n}"
+        sql(workspace, "INSERT INTO memory_entries(agent, content) VALUES ('coder', 'a quince')")
+        wait_until(lambda: bool(client.search("coder", "quince", mode="keyword")["hits"]))
+        found = client.search("coder", "quince", mode="keyword")
+        assert found["hits"][0]["content"] == "a quince" and found["pending"]["words"] == 0
+
+
 def test_a_backlog_is_in_the_words_before_the_vectors_and_searches_say_what_they_miss(
     workspace: Workspace, running: RunningDaemon
 ) -> None:

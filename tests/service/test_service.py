@@ -344,3 +344,36 @@ def test_a_failed_mirror_keeps_its_saves_queued_until_the_rows_take_them(
     assert "] acknowledged while the rows failed\n" in path.read_text()
     held = service.db.execute("SELECT content FROM memory_entries WHERE agent = 'a'")
     assert sorted(row[0] for row in held) == ["acknowledged while the rows failed", "before"]
+
+
+def test_every_answered_save_is_in_the_rows_once_a_mirror_has_put_it_there(
+    service: MemoryService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What lets the daemon answer a search without its memory thread: an append is
+    counted before its saves are acknowledged, and a mirror's saves once the rows hold
+    them; a save refused, or kept in the rows while MEMORY.md cannot take it, is neither."""
+    from oryxmem.service import SaveRequest
+    from oryxmem.store import rows
+    from oryxmem.store.format import ARCHIVAL
+
+    saving = service.saving
+    assert saving.every_answered_save_in_rows
+    requests = [SaveRequest(text, ARCHIVAL, "api") for text in ("one", "two", "")]
+    batch = saving.prepare_batch(service.resolve("a"), requests)
+    saving.write_batch(batch)
+    assert [type(o).__name__ for o in batch.outcomes][:2] == ["SaveResult", "SaveResult"]
+    assert not saving.every_answered_save_in_rows  # acknowledged, not in the rows yet
+    saving.finish_batch(batch)
+    mirror = rows.mirror_appends
+
+    def failing(*args: object, **kwargs: object) -> bool:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(rows, "mirror_appends", failing)
+    service.mirror_saves()
+    assert not saving.every_answered_save_in_rows  # a failed mirror put in nothing
+    monkeypatch.setattr(rows, "mirror_appends", mirror)
+    service.mirror_saves()
+    assert saving.every_answered_save_in_rows
+    service.save("a", "three")  # alone: written, then mirrored at once
+    assert saving.every_answered_save_in_rows
