@@ -120,31 +120,26 @@ def one_size(size: int, agents: int = 1) -> list[Figure]:
         stop(proc)
         sock.unlink(missing_ok=True)
     median = statistics.median
-    if agents > 1:
-        at = f"at {size:,} in {agents} agents"
-        return [
-            Figure(f"{agents} agents of {size // agents:,}: one searched; set up", took, "s"),
-            Figure(f"  hybrid search p50 {at}", median(searches), "ms", goal(size, "search", "ms")),
-            Figure(f"  hybrid search p99 {at}", percentile(searches, 0.99), "ms"),
-            Figure(f"  search by words p50 {at}", median(by_words), "ms"),
-            Figure(f"  search by words p99 {at}", percentile(by_words, 0.99), "ms"),
-            Figure(
-                f"  prompt with a query p50 {at}", median(prompts), "ms", goal(size, "prompt", "ms")
-            ),
-        ]
-    at = f"at {size:,}"
-    return [
-        Figure(f"scale {at}: set up beforehand (rows, indexes, vectors)", took, "s"),
-        Figure(f"  cold start to serving {at}", started, "s", goal(size, "start", "s")),
-        Figure(f"  first search (reads the vectors) {at}", first, "s"),
+    at = f"at {size:,} in {agents} agents" if agents > 1 else f"at {size:,}"
+    searched = [
         Figure(f"  hybrid search p50 {at}", median(searches), "ms", goal(size, "search", "ms")),
         Figure(f"  hybrid search p99 {at}", percentile(searches, 0.99), "ms"),
         Figure(f"  search by words p50 {at}", median(by_words), "ms"),
         Figure(f"  search by words p99 {at}", percentile(by_words, 0.99), "ms"),
+    ]
+    prompt = Figure(
+        f"  prompt with a query p50 {at}", median(prompts), "ms", goal(size, "prompt", "ms")
+    )
+    if agents > 1:
+        setup = f"{agents} agents of {size // agents:,}: one searched; set up"
+        return [Figure(setup, took, "s"), *searched, prompt]
+    return [
+        Figure(f"scale {at}: set up beforehand (rows, indexes, vectors)", took, "s"),
+        Figure(f"  cold start to serving {at}", started, "s", goal(size, "start", "s")),
+        Figure(f"  first search (reads the vectors) {at}", first, "s"),
+        *searched,
         Figure(f"  first prompt with a query (parses MEMORY.md) {at}", first_prompt, "s"),
-        Figure(
-            f"  prompt with a query p50 {at}", median(prompts), "ms", goal(size, "prompt", "ms")
-        ),
+        prompt,
         Figure(f"  daemon RSS, model and vectors loaded, {at}", rss, "MB", goal(size, "rss", "MB")),
     ]
 

@@ -78,7 +78,9 @@ class BM25Index(DerivedIndex):
         db.execute(
             "CREATE TABLE memory_terms_agents (agent TEXT PRIMARY KEY, slot INTEGER NOT NULL)"
         )
-        db.execute("CREATE TABLE memory_terms_keys (row_id INTEGER PRIMARY KEY, key INTEGER)")
+        db.execute(
+            "CREATE TABLE memory_terms_keys (row_id INTEGER PRIMARY KEY, key INTEGER NOT NULL)"
+        )
         # How many entries hold each term; and how many entries there are.
         db.execute("CREATE VIRTUAL TABLE memory_terms_vocab USING fts5vocab(memory_terms, 'row')")
         db.execute("CREATE TABLE memory_terms_count (entries INTEGER NOT NULL)")
