@@ -136,8 +136,10 @@ def rank(
         "keyword": (1.0, 0.0),
         "semantic": (0.0, 1.0),
     }[mode]
-    # (score, row id, arms) for every candidate something found; Ranked only for the best.
-    scored: list[tuple[float, int, tuple[str, ...]]] = []
+    # Those holding the whole query first, then by score; ties: the newer first. Each
+    # candidate's sort key (not exact, -score, -row id) leads its tuple, so the best are
+    # chosen by comparing tuples alone.
+    scored: list[tuple[bool, float, int, tuple[str, ...]]] = []
     for row_id in candidates:
         scaled = semantic_scores.get(row_id, _NOT_SCORED)[0]
         words = keyword_scores.get(row_id)
@@ -149,12 +151,10 @@ def rank(
         # credited to the keyword arm only where an entry's own words match; one found
         # only by the words of the entries before it says "context"
         arms = _ARMS[is_exact, by_own, words is not None and not by_own, row_id in semantic_scores]
-        scored.append((score, row_id, arms))
-    # Those holding the whole query first, then by score; ties: the newer first.
-    best = heapq.nsmallest(limit, scored, key=lambda s: ("exact" not in s[2], -s[0], -s[1]))
+        scored.append((not is_exact, -score, -row_id, arms))
     ranked = [
-        Ranked(row_id, score, arms, semantic_scores.get(row_id, _NOT_SCORED)[1])
-        for score, row_id, arms in best
+        Ranked(-row_id, -score, arms, semantic_scores.get(-row_id, _NOT_SCORED)[1])
+        for _, score, row_id, arms in heapq.nsmallest(limit, scored)
     ]
     return Ranking(ranked, unembedded)
 

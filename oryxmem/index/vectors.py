@@ -426,6 +426,8 @@ def normalised_top(
     span = high - low
     count = min(pool, len(row_ids))
     top = np.argpartition(-similarity, count - 1)[:count]
-    return {
-        int(row_ids[i]): ((float(similarity[i]) - low) / span, float(similarity[i])) for i in top
-    }
+    cosines = similarity[top].astype(np.float64)  # each as float() gives it
+    scaled = (cosines - low) / span  # in doubles, as Python's own arithmetic
+    return dict(
+        zip(row_ids[top].tolist(), zip(scaled.tolist(), cosines.tolist(), strict=True), strict=True)
+    )

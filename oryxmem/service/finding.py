@@ -31,7 +31,7 @@ from oryxmem.service.shared import Shared
 from oryxmem.service.upkeep import Upkeep
 from oryxmem.store import rows
 from oryxmem.store.base import fold_keyword
-from oryxmem.store.db import Executes
+from oryxmem.store.db import Executes, read_snapshot
 from oryxmem.store.format import ARCHIVAL, Entry, has_lone_surrogate
 from oryxmem.store.indexdb import open_index_readonly
 
@@ -68,29 +68,34 @@ class Finding:
         ref = self.shared.resolve(agent)
         self._check_query(query, mode)
         count = limit or int(self.shared.config.get("recall.limit"))
+        note = None
         if self.shared.index_upkeep:  # alone (no daemon keeps the rows and indexes current):
             self._settle_rows(ref.agent)  # a file edited since the last sync is read first
             self.upkeep.catch_up_indexes()  # the keyword arm sees every row (cheap when current)
+            note = self._embed_first(mode)
+        mode_used = mode if note is None else "keyword"
         # Every arm brings its POOL best either way; only as many are ranked in full as
         # can be answered: the first `count`, unless a filter may leave some out.
         best = min(count, POOL) if scope is None and min_similarity is None else POOL
-        ranking, note = self._rank(ref.agent, query, mode, best)
-        kept = [  # the words found it, or its meaning is close enough
-            ranked
-            for ranked in ranking.ranked
-            if min_similarity is None
-            or {"exact", "keyword"} & set(ranked.arms)
-            or ranked.similarity >= min_similarity
-        ]
-        hits = self._hits(kept, count, scope)
-        words = self._words_pending(ref.agent) if mode != "semantic" else 0
-        return SearchResult(ref, query, mode, hits, ranking.unembedded, note, words)
+        # One read transaction for all of it: the arms, the entries and what is pending
+        # are read from one state of both files (and a search begins one, not twenty).
+        with read_snapshot(self.shared.index_db) as db:
+            ranking, failed = self._rank(db, ref.agent, query, mode_used, best)
+            kept = [  # the words found it, or its meaning is close enough
+                ranked
+                for ranked in ranking.ranked
+                if min_similarity is None
+                or {"exact", "keyword"} & set(ranked.arms)
+                or ranked.similarity >= min_similarity
+            ]
+            hits = self._hits(db, kept, count, scope)
+            words = self._words_pending(db, ref.agent) if mode != "semantic" else 0
+        return SearchResult(ref, query, mode, hits, ranking.unembedded, note or failed, words)
 
-    def _words_pending(self, agent: str) -> int:
+    def _words_pending(self, db: Executes, agent: str) -> int:
         """How many of the agent's rows the words arm has not taken in (0 but during a
         backlog in the daemon: alone, a search has it take in every row first)."""
         words = self.upkeep.arm("words")
-        db = self.shared.index_db
         if words is None or is_caught_up(db, words):
             return 0
         return pending(db, words, agent) or 0
@@ -108,35 +113,55 @@ class Finding:
                 " (mode keyword or hybrid), or set recall.embedder"
             )
 
-    def _rank(self, agent: str, query: str, mode: str, limit: int) -> tuple[Ranking, str | None]:
-        """The ``limit`` best by every arm of ``mode``, and a note when it searched by
-        words only because the model could not be used."""
-        shared, upkeep = self.shared, self.upkeep
-        words = upkeep.arm("words")
-        if words is None:
-            raise BackendUnavailableError("no index is the words arm of search (bm25)")
-        bm25 = cast(WordsArm, words)
-        vectors = None if mode == "keyword" else cast(MeaningArm | None, upkeep.arm("meaning"))
+    def _embed_first(self, mode: str) -> str | None:
+        """Alone, before a search by meaning: embed a few steps of the rows not embedded
+        yet. A note (search by words only) when the model cannot be used."""
+        vectors = self.upkeep.arm("meaning")
+        if mode == "keyword" or vectors is None or not self.shared.embeds_in_search:
+            return None
         try:
-            if vectors is not None and shared.index_upkeep and shared.embeds_in_search:
-                for _ in range(SEARCH_EMBED_STEPS):
-                    if not upkeep.embed_step():
-                        break
-            return rank(shared.index_db, agent, query, limit, mode, bm25, vectors), None
+            for _ in range(SEARCH_EMBED_STEPS):
+                if not self.upkeep.embed_step():
+                    break
         except EmbedderUnavailableError as error:
             if mode == "semantic":
                 raise
-            note = f"searched by words only: {error.message}"
-            log.info("%s", note)  # the caller is told in the result (the CLI prints it)
-            return rank(shared.index_db, agent, query, limit, "keyword", bm25, None), note
+            return self._words_only(error)
+        return None
 
-    def _hits(self, kept: list[Ranked], count: int, scope: str | None) -> list[SearchHit]:
+    @staticmethod
+    def _words_only(error: EmbedderUnavailableError) -> str:
+        note = f"searched by words only: {error.message}"
+        log.info("%s", note)  # the caller is told in the result (the CLI prints it)
+        return note
+
+    def _rank(
+        self, db: Executes, agent: str, query: str, mode: str, limit: int
+    ) -> tuple[Ranking, str | None]:
+        """The ``limit`` best by every arm of ``mode``, and a note when it searched by
+        words only because the model could not be used."""
+        words = self.upkeep.arm("words")
+        if words is None:
+            raise BackendUnavailableError("no index is the words arm of search (bm25)")
+        bm25 = cast(WordsArm, words)
+        vectors = None if mode == "keyword" else cast(MeaningArm | None, self.upkeep.arm("meaning"))
+        try:
+            return rank(db, agent, query, limit, mode, bm25, vectors), None
+        except EmbedderUnavailableError as error:
+            if mode == "semantic":
+                raise
+            note = self._words_only(error)
+            return rank(db, agent, query, limit, "keyword", bm25, None), note
+
+    def _hits(
+        self, db: Executes, kept: list[Ranked], count: int, scope: str | None
+    ) -> list[SearchHit]:
         """The first ``count`` of the ranked rows in ``scope``, with their entries (read
         for the rows kept only, ``count`` at a time)."""
         hits: list[SearchHit] = []
         for at in range(0, len(kept), count):
             chunk = kept[at : at + count]
-            found = rows.entries_by_row_id(self.shared.db, [r.row_id for r in chunk])
+            found = rows.entries_by_row_id(db, [r.row_id for r in chunk])
             for ranked in chunk:
                 entry = found.get(ranked.row_id)
                 if entry is None or (scope is not None and entry.scope != scope):

@@ -180,17 +180,19 @@ def has_pending_changes(db: Executes, agent: str, since_seq: int) -> bool:
     return row is not None
 
 
-def prune_changes(db: Database, index_floor: int) -> int:
-    """Forget changes that every agent they name and every derived index have taken in
-    (``index_floor``: the lowest cursor of the indexes, store/indexdb.index_floor): the
-    change log is a queue of hints, not a record (memory_history is that)."""
+def prune_changes(db: Database, index_floor: int, limit: int) -> int:
+    """Forget up to ``limit`` of the oldest changes that every agent they name and every
+    derived index have taken in (``index_floor``: the lowest cursor of the indexes,
+    store/indexdb.index_floor): the change log is a queue of hints, not a record
+    (memory_history is that)."""
     cursor = db.execute(
-        "DELETE FROM memory_changes WHERE seq <= coalesce("
+        "DELETE FROM memory_changes WHERE seq IN (SELECT seq FROM memory_changes"
+        " WHERE seq <= ?1 AND seq <= coalesce("
         " (SELECT change_seq FROM sync_state WHERE agent = memory_changes.agent), 0)"
         " AND (old_agent IS NULL OR seq <= coalesce("
         " (SELECT change_seq FROM sync_state WHERE agent = memory_changes.old_agent), 0))"
-        " AND seq <= ?",
-        [index_floor],
+        " ORDER BY seq LIMIT ?2)",
+        [index_floor, limit],
     )
     return cursor.rowcount
 

@@ -37,6 +37,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("oryxmem.sync")
 
 RECONCILE_ATTEMPTS = 5
+# The changes one transaction of prune_changes forgets at most (a few milliseconds).
+PRUNE_CHUNK = 2000
 # A MEMORY.md (or its folder) gone this long is deleted: its entries leave the rows
 # (each kept in memory_history); gone for less, it may be an editor's save or a git
 # checkout in the middle, and reconcile waits.
@@ -176,10 +178,12 @@ class SyncEngine:
         *,
         dry_run: bool = False,
         only_due: bool = False,
+        prune: bool = True,
         progress: Callable[[AgentReport], None] | None = None,
     ) -> list[AgentReport]:
         """Reconcile every agent (or those named, or with only_due those whose file or
-        rows changed since they last agreed: a stat and a query each)."""
+        rows changed since they last agreed: a stat and a query each), then forget the
+        changes taken in (unless ``prune`` is False: the caller does it later)."""
         reports = []
         if not dry_run:
             reports += self.quarantine_unsafe_agents()
@@ -194,16 +198,23 @@ class SyncEngine:
             reports.append(report)
             if progress is not None:
                 progress(report)
-        if not dry_run:
+        if prune and not dry_run:
             self.prune_changes()
         return reports
 
     def prune_changes(self) -> int:
         """Forget the changes every agent and every index have taken in (the indexes'
-        lowest cursor is read first, from their own file: it only rises)."""
+        lowest cursor is read first, from their own file: it only rises), PRUNE_CHUNK
+        to a transaction: a long change log (a million rows imported) never holds the
+        write lock for more than milliseconds at a time."""
         floor = index_floor(self.workspace.db_path)
-        with write_transaction(self.db):
-            return rows.prune_changes(self.db, floor)
+        pruned = 0
+        while True:
+            with write_transaction(self.db):
+                count = rows.prune_changes(self.db, floor, PRUNE_CHUNK)
+            pruned += count
+            if count < PRUNE_CHUNK:
+                return pruned
 
     def quarantine_unsafe_agents(self) -> list[AgentReport]:
         """Rows whose agent name can never be a directory: quarantined, and reported."""

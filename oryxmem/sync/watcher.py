@@ -24,6 +24,7 @@ import threading
 import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TypeVar
 
@@ -332,11 +333,14 @@ class SyncWatcher:
     # --- the worker ---------------------------------------------------------------
 
     def _run(self) -> None:
-        # Catch up with what changed while we were down: only what is due.
-        for report in self._pass(lambda: self.engine.reconcile_all(only_due=True)):
+        # Catch up with what changed while we were down: only what is due. The change log
+        # is pruned once the daemon serves (a long one, left by an import, takes seconds).
+        catch_up = partial(self.engine.reconcile_all, only_due=True, prune=False)
+        for report in self._pass(catch_up):
             if report.status == "unreadable":
                 self.schedule(report.agent, UNREADABLE_RETRY_SECONDS)
         self.ready.set()
+        self._pass(self._prune)
         clocks = _Clocks(
             data_version=self._data_version(),
             next_rescan=self._next_rescan(),

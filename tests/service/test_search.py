@@ -797,3 +797,28 @@ def test_a_backlog_is_embedded_side_by_side_each_text_as_alone_at_the_callers_pr
     assert sorted(place for _, _, place in ran_on) == list(range(len(texts)))
     assert {nice for _, nice, _ in ran_on} == {5}
     assert len({thread for thread, _, _ in ran_on}) == 2  # the caller and its helper
+
+
+def test_a_search_reads_the_arms_and_the_entries_in_one_transaction(
+    workspace: Workspace, service: MemoryService
+) -> None:
+    """In the daemon a search only reads: the ranking, the entries it answers and what is
+    pending come from one read transaction on the index file (the rows attached), so
+    they are of one state of both files; the rows' own connection is not asked."""
+    service.search("coder", "tea")  # alone, it takes every row in first
+    reader = MemoryService(workspace, Config.load(workspace.config_path), in_daemon=True)
+    try:
+        reader.search("coder", "warm up")
+        on_index: list[str] = []
+        on_rows: list[str] = []
+        reader.shared.index_db.conn.set_trace_callback(on_index.append)
+        reader.shared.db.conn.set_trace_callback(on_rows.append)
+        found = reader.search("coder", "what does the user drink in the morning", limit=2)
+        reader.shared.index_db.conn.set_trace_callback(None)
+        reader.shared.db.conn.set_trace_callback(None)
+    finally:
+        reader.close()
+    assert found.hits[0].entry.content == MEMORY[0]
+    assert on_rows == []
+    assert on_index[0] == "BEGIN" and on_index[-1] == "ROLLBACK"
+    assert "BEGIN" not in on_index[1:-1]

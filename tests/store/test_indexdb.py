@@ -118,7 +118,7 @@ def test_changes_an_index_has_not_taken_in_are_kept(tmp_path: Path) -> None:
     assert floor == read_index_state(index_db, KeywordIndex()).cursor  # type: ignore[union-attr]
     db.execute("INSERT INTO sync_state(agent, path, change_seq) VALUES ('coder', 'f', 1000)")
     with write_transaction(db):
-        rows.prune_changes(db, floor)
+        rows.prune_changes(db, floor, 1000)
     left = [row[0] for row in db.execute("SELECT seq FROM memory_changes")]
     assert left and min(left) > floor
     assert indexed(index_db) == ["one", "two", "three"]

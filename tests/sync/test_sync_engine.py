@@ -601,3 +601,44 @@ def test_a_row_deleted_while_a_reconcile_writes_it_into_the_file_stays_deleted(
     assert sorted(lines(workspace, "coder")) == ["old", "typed"]
     assert disagreements(workspace) == []
     assert engine.reconcile_agent("coder").status == "unchanged"
+
+
+def test_a_long_change_log_is_pruned_a_chunk_to_a_transaction(
+    workspace: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each transaction forgets at most PRUNE_CHUNK changes, oldest first, stepping over
+    the changes an agent has not taken in (kept); the daemon's catch-up at start leaves
+    the pruning for later (prune=False)."""
+    import oryxmem.sync.engine as engine_module
+
+    # The embedder is off so the indexes catching up below need no model.
+    set_value(workspace.config_path, "recall.embedder", "none")
+    service = MemoryService(workspace, Config.load(workspace.config_path))
+    engine = service.sync_engine()
+    sql(
+        workspace,
+        "INSERT INTO memory_entries(agent, scope, content) VALUES ('other', 'archival', 'x')",
+    )
+    entries = "".join(f"- [{TS}] entry {i}\n" for i in range(25))
+    write(workspace, "coder", f"## 归档记忆\n{entries}")
+    engine.reconcile_all(["coder"], prune=False)
+    service.upkeep.catch_up_indexes()
+
+    def agents_of_changes() -> list[str]:
+        return [r[0] for r in engine.db.execute("SELECT agent FROM memory_changes ORDER BY seq")]
+
+    assert agents_of_changes() == ["other"] + ["coder"] * 25
+    monkeypatch.setattr(engine_module, "PRUNE_CHUNK", 10)
+    deletes: list[str] = []
+    engine.db.conn.set_trace_callback(
+        lambda statement: (
+            deletes.append(statement)
+            if statement.startswith("DELETE FROM memory_changes")
+            else None
+        )
+    )
+    assert engine.prune_changes() == 25
+    engine.db.conn.set_trace_callback(None)
+    assert len(deletes) == 3  # 10, 10, then 5: fewer than a chunk, so done
+    assert agents_of_changes() == ["other"]  # not taken in by its agent: kept
+    service.close()
