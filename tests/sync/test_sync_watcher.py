@@ -10,6 +10,8 @@ from collections.abc import Iterator
 import pytest
 from support.sync import disagreements, sql, wait_until
 
+from oryxmem.config import Config, set_value
+from oryxmem.service import MemoryService
 from oryxmem.sync import watcher as watcher_module
 from oryxmem.sync.watcher import SyncWatcher, agent_for_path
 from oryxmem.workspace import Workspace
@@ -188,3 +190,33 @@ def test_an_agent_whose_saves_are_not_in_the_rows_yet_waits_for_them(
         assert rows_of("coder") == "typed for coder\n"
     finally:
         watcher.stop()
+
+
+def test_the_change_log_is_pruned_once_the_watcher_is_ready_not_before(
+    workspace: Workspace,
+) -> None:
+    """The catch-up pass at start only reconciles; the change log (long after an import)
+    is pruned right after it, with no rescan due for an hour."""
+    set_value(workspace.config_path, "recall.embedder", "none")
+    service = MemoryService(workspace, Config.load(workspace.config_path))
+    for n in range(30):
+        service.save("coder", f"entry {n}")
+    service.upkeep.catch_up_indexes()  # the indexes have taken every change in
+    service.close()
+    assert int(sql(workspace, "SELECT count(*) FROM memory_changes")) == 30
+    watcher = SyncWatcher(workspace, rescan_seconds=3600.0)
+    pruned_when_ready: list[bool] = []
+    prune = watcher.engine.prune_changes
+
+    def noted() -> int:
+        pruned_when_ready.append(watcher.ready.is_set())
+        return prune()
+
+    watcher.engine.prune_changes = noted  # type: ignore[method-assign]
+    watcher.start()
+    try:
+        assert watcher.ready.wait(30)
+        wait_until(lambda: int(sql(workspace, "SELECT count(*) FROM memory_changes")) == 0)
+    finally:
+        watcher.stop()
+    assert pruned_when_ready and all(pruned_when_ready)
