@@ -24,24 +24,24 @@ alone, far below the keyword arm's context), the multilingual e5-small model
 
 from __future__ import annotations
 
-import heapq
 import itertools
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Protocol
 
+import numpy as np
+import numpy.typing as npt
+
 from oryxmem.helper import own_helper
-from oryxmem.index import Hit
-from oryxmem.index.vectors import Scores, normalised_top
+from oryxmem.index import RankedWords
+from oryxmem.index.vectors import Normalised, Scores, normalised_top
 from oryxmem.store.db import Executes, select_in
 
 
 class WordsArm(Protocol):
     """An index that ranks rows by their words (registry: arm "words"; bm25.py's)."""
 
-    def ranked(
-        self, db: Executes, agent: str, query: str, limit: int | None
-    ) -> list[tuple[Hit, bool]]:
+    def ranked(self, db: Executes, agent: str, query: str, limit: int | None) -> RankedWords:
         """Rows best first, each with whether its own words matched (else its context)."""
         ...
 
@@ -68,7 +68,6 @@ EXACT_MIN_CHARS = 3  # shorter queries are words: the keyword arm ranks them
 # Candidates each arm brings to the fusion: a hit that is in neither arm's first this
 # many cannot make the top of a search for the few entries an agent asks for.
 POOL = 200
-_NOT_SCORED = (0.0, 0.0)  # (scaled, cosine) of a row the semantic arm did not bring
 # What found a row, by (whole query, its own words, its context only, its meaning).
 _ARMS = {
     flags: tuple(
@@ -110,63 +109,105 @@ def rank(
     every mode is the keyword arm."""
     if vectors is None:
         mode = "keyword"
-    keyword_scores: dict[int, float] = {}
-    own: set[int] = set()  # found by their own words, not only by the entries before them
     # Hybrid: the query's embedding and the scan (no database, the GIL let go) run on the
     # caller's helper thread while the keyword arm asks SQLite: on two cores a search at
     # 100,000 entries waits for the longer of the two, not for both.
     meaning = None
     if vectors is not None and mode == "hybrid":
         meaning = own_helper().submit(vectors.scorer(db, agent), query, POOL)
+    words = RankedWords.none()
     exact: set[int] = set()
     if mode in ("hybrid", "keyword"):
-        keyword_scores, own = _keyword_arm(db, agent, query, keyword)
-        exact = _holding_whole(db, query, keyword_scores.keys())  # (the meaning arm runs)
-    semantic_scores: dict[int, tuple[float, float]] = {}  # row -> (scaled, cosine)
+        words = _keyword_arm(db, agent, query, keyword)
+        exact = _holding_whole(db, query, words.row_ids.tolist())  # (the meaning arm runs)
+    semantic = _NO_MEANING
     unembedded = 0
     if vectors is not None and mode in ("hybrid", "semantic"):
         found = meaning.result() if meaning is not None else vectors.scorer(db, agent)(query, POOL)
-        semantic_scores = normalised_top(found.row_ids, found.similarity, POOL, found.lowest)
+        semantic = normalised_top(found.row_ids, found.similarity, POOL, found.lowest)
         unembedded = found.unembedded
+    candidates = _Candidates.of(words, semantic)
     if mode == "hybrid":
-        exact |= _holding_whole(db, query, semantic_scores.keys() - keyword_scores.keys())
-    candidates = keyword_scores.keys() | semantic_scores.keys()
-    keyword_weight, semantic_weight = {
+        only_meaning = candidates.row_ids[candidates.by_meaning & ~candidates.by_words]
+        exact |= _holding_whole(db, query, only_meaning.tolist())
+    weights = {
         "hybrid": (KEYWORD_WEIGHT, SEMANTIC_WEIGHT),
         "keyword": (1.0, 0.0),
         "semantic": (0.0, 1.0),
     }[mode]
-    # Those holding the whole query first, then by score; ties: the newer first. Each
-    # candidate's sort key (not exact, -score, -row id) leads its tuple, so the best are
-    # chosen by comparing tuples alone.
-    scored: list[tuple[bool, float, int, tuple[str, ...]]] = []
-    for row_id in candidates:
-        scaled = semantic_scores.get(row_id, _NOT_SCORED)[0]
-        words = keyword_scores.get(row_id)
-        score = keyword_weight * (words or 0.0) + semantic_weight * scaled
-        is_exact = row_id in exact
-        if score <= 0 and not is_exact:
-            continue  # the bottom of an arm's scale: nothing found it, in truth
-        by_own = row_id in own
+    return Ranking(candidates.best(exact, weights, limit), unembedded)
+
+
+_NO_MEANING = Normalised(np.zeros(0, np.int64), np.zeros(0), np.zeros(0))
+
+
+@dataclass(frozen=True)
+class _Candidates:
+    """Both arms' rows, each once (ascending), with what each arm gave it (0 and False
+    where that arm did not bring it)."""
+
+    row_ids: npt.NDArray[np.int64]
+    word_scores: npt.NDArray[np.float64]
+    scaled: npt.NDArray[np.float64]
+    cosines: npt.NDArray[np.float64]
+    by_words: npt.NDArray[np.bool_]
+    own: npt.NDArray[np.bool_]  # by its own words, not only by the entries before it
+    by_meaning: npt.NDArray[np.bool_]
+
+    @staticmethod
+    def of(words: RankedWords, semantic: Normalised) -> _Candidates:
+        both = np.concatenate([words.row_ids, semantic.row_ids])
+        both.sort()
+        row_ids = both[np.concatenate([[True], both[1:] != both[:-1]])] if len(both) else both
+        size = len(row_ids)
+        at_words = np.searchsorted(row_ids, words.row_ids)
+        at_meaning = np.searchsorted(row_ids, semantic.row_ids)
+        word_scores, scaled, cosines = np.zeros(size), np.zeros(size), np.zeros(size)
+        by_words, own, by_meaning = (np.zeros(size, np.bool_) for _ in range(3))
+        word_scores[at_words] = words.scores
+        by_words[at_words] = True
+        own[at_words] = words.own
+        scaled[at_meaning] = semantic.scaled
+        cosines[at_meaning] = semantic.cosines
+        by_meaning[at_meaning] = True
+        return _Candidates(row_ids, word_scores, scaled, cosines, by_words, own, by_meaning)
+
+    def best(self, exact: set[int], weights: tuple[float, float], limit: int) -> list[Ranked]:
+        """The ``limit`` best by fused score: those holding the whole query first, then
+        by score; ties: the newer (higher row id) first. A row whose fused score is 0
+        and that does not hold the query is left out (the bottom of the scale of the one
+        arm that brought it: nothing found it, in truth). Each score is the double that
+        ``kw * words + sem * scaled`` gives in Python."""
+        keyword_weight, semantic_weight = weights
+        scores = keyword_weight * self.word_scores + semantic_weight * self.scaled
+        holds = np.isin(self.row_ids, np.fromiter(exact, np.int64, len(exact)))
+        kept = np.flatnonzero((scores > 0) | holds)
+        chosen = kept[np.lexsort((-self.row_ids[kept], -scores[kept], ~holds[kept]))[:limit]]
         # credited to the keyword arm only where an entry's own words match; one found
         # only by the words of the entries before it says "context"
-        arms = _ARMS[is_exact, by_own, words is not None and not by_own, row_id in semantic_scores]
-        scored.append((not is_exact, -score, -row_id, arms))
-    ranked = [
-        Ranked(-row_id, -score, arms, semantic_scores.get(-row_id, _NOT_SCORED)[1])
-        for _, score, row_id, arms in heapq.nsmallest(limit, scored)
-    ]
-    return Ranking(ranked, unembedded)
+        return [
+            Ranked(
+                int(self.row_ids[at]),
+                float(scores[at]),
+                _ARMS[
+                    bool(holds[at]),
+                    bool(self.own[at]),
+                    bool(self.by_words[at] and not self.own[at]),
+                    bool(self.by_meaning[at]),
+                ],
+                float(self.cosines[at]),
+            )
+            for at in chosen.tolist()
+        ]
 
 
-def _keyword_arm(
-    db: Executes, agent: str, query: str, keyword: WordsArm
-) -> tuple[dict[int, float], set[int]]:
-    """BM25F's scores scaled to the best (1.0), and the rows found by their own words."""
-    hits = keyword.ranked(db, agent, query, POOL)
-    best = max((hit.score for hit, _ in hits), default=0.0)
-    scores = {hit.row_id: hit.score / best for hit, _ in hits if best > 0}
-    return scores, {hit.row_id for hit, by_own_words in hits if by_own_words}
+def _keyword_arm(db: Executes, agent: str, query: str, keyword: WordsArm) -> RankedWords:
+    """BM25F's POOL best, scaled to the best (1.0)."""
+    found = keyword.ranked(db, agent, query, POOL)
+    best = found.scores.max(initial=0.0)
+    if best <= 0:
+        return RankedWords.none()
+    return RankedWords(found.row_ids, found.scores / best, found.own)
 
 
 def _holding_whole(db: Executes, query: str, candidates: Collection[int]) -> set[int]:

@@ -10,10 +10,9 @@ it is imported at the first check, so a command that checks nothing never loads 
 
 from __future__ import annotations
 
-import functools
 import re
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,21 +21,26 @@ from oryxmem.errors import SecretRefusedError
 MODES = ("refuse", "redact", "allow")
 MARKER = "[secret removed: {kind}]"
 _lock = threading.Lock()  # detect-secrets keeps its settings and caches in globals
-_configured: list[bool] = []  # the process's detect-secrets settings are set
+_configured: list[_Look] = []  # the process's detect-secrets settings are set
 
 
-def _configure() -> None:
+def _configure() -> _Look:
     """detect-secrets' default plugins and filters (what its default_settings() enters),
     set once for the process: entering and leaving them at each check cost twice what a
-    scan does. The caller holds _lock."""
+    scan does; and how _a_plugin_matches asks those plugins. The caller holds _lock."""
     if not _configured:
         from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
-        from detect_secrets.settings import cache_bust, configure_settings_from_baseline
+        from detect_secrets.settings import (
+            cache_bust,
+            configure_settings_from_baseline,
+            get_plugins,
+        )
 
         plugins: Any = get_mapping_from_secret_type_to_class().values()
         cache_bust()
         configure_settings_from_baseline({"plugins_used": [{"name": p.__name__} for p in plugins]})
-        _configured.append(True)
+        _configured.append(_quick_look(get_plugins()))
+    return _configured[0]
 
 
 @dataclass(frozen=True)
@@ -55,12 +59,10 @@ def find(lines: Iterable[str], filename: str = "MEMORY.md") -> list[Finding]:
     if not any(line.strip() for _, line in numbered):
         return []
     from detect_secrets.core.scan import _process_line_based_plugins
-    from detect_secrets.settings import get_plugins
 
     with _lock:
-        _configure()
-        plugins = get_plugins()
-        if not any(_a_plugin_matches(plugins, line, filename) for _, line in numbered):
+        look = _configure()
+        if not any(_a_plugin_matches(look, line, filename) for _, line in numbered):
             return []
         found: Iterator[Any] = _process_line_based_plugins(numbered, filename)
         seen: dict[tuple[int, str], Finding] = {}
@@ -72,31 +74,63 @@ def find(lines: Iterable[str], filename: str = "MEMORY.md") -> list[Finding]:
     return sorted(seen.values(), key=lambda item: (item.line, item.kind))
 
 
-def _a_plugin_matches(plugins: Iterable[Any], line: str, filename: str) -> bool:
+def _a_plugin_matches(look: _Look, line: str, filename: str) -> bool:
     """Does any plugin see a candidate in the line, before detect-secrets' filters? What
     its scan finds is a candidate of a plugin that no filter dropped, so a text where no
-    plugin sees one holds nothing: the plugins are asked directly (a few regexes each),
-    without the scan's per-call machinery, which costs four times as much; the rare line
-    where one does is scanned by detect-secrets as a whole. The keyword detector's
-    patterns each hold its list of words (``DENYLIST``): a line with none of them is not
-    run through its long patterns."""
-    keyword_detector, keywords = _keyword_check()
+    plugin sees one holds nothing: the plugins are asked directly, without the scan's
+    per-call machinery, which costs four times as much; the rare line where one does is
+    scanned by detect-secrets as a whole. A plugin that is only its patterns (detect-
+    secrets' RegexBasedDetector as it is) sees a candidate where one of them matches, so
+    those are searched for directly (a match whose groups are all empty is no candidate
+    to it: a look too many, never one too few). The keyword detector's patterns each
+    hold its list of words (``DENYLIST``): a line with none of them is not run through
+    its long patterns."""
     stripped = line.rstrip()  # as the scan reads each line
-    for plugin in plugins:
-        if isinstance(plugin, keyword_detector) and not keywords.search(stripped):
+    if any(pattern.search(stripped) for pattern in look.patterns):
+        return True
+    if stripped.isascii():  # the same answer, without matching case in Unicode (10x)
+        has_keyword = look.ascii_keywords.search(stripped.lower()) is not None
+    else:
+        has_keyword = look.keywords.search(stripped) is not None
+    for plugin in look.others:
+        if isinstance(plugin, look.keyword_detector) and not has_keyword:
             continue
         if plugin.analyze_line(filename=filename, line=stripped):
             return True
     return False
 
 
-@functools.cache
-def _keyword_check() -> tuple[type, re.Pattern[str]]:
-    """The keyword detector's class, and any of its words as its patterns match them
-    (ignoring case)."""
+@dataclass(frozen=True)
+class _Look:
+    patterns: list[re.Pattern[str]]  # of the plugins that are only their patterns
+    others: list[Any]  # the plugins asked themselves
+    keyword_detector: type
+    keywords: re.Pattern[str]  # any of its words, as its patterns match them (any case)
+    ascii_keywords: re.Pattern[str]  # the same for an ASCII line lowercased
+
+
+def _quick_look(plugins: Sequence[Any]) -> _Look:
+    """How _a_plugin_matches asks these plugins. The keyword detector's words are
+    lowercase, and on ASCII text ignoring case is lowering it."""
+    from detect_secrets.plugins.base import BasePlugin, RegexBasedDetector
     from detect_secrets.plugins.keyword import DENYLIST, KeywordDetector
 
-    return KeywordDetector, re.compile("|".join(DENYLIST), re.IGNORECASE)
+    def only_patterns(plugin: Any) -> bool:
+        kind = type(plugin)
+        return (
+            isinstance(plugin, RegexBasedDetector)
+            and kind.analyze_string is RegexBasedDetector.analyze_string
+            and kind.analyze_line is BasePlugin.analyze_line
+        )
+
+    anywhere = "|".join(DENYLIST)
+    return _Look(
+        [pattern for plugin in plugins if only_patterns(plugin) for pattern in plugin.denylist],
+        [plugin for plugin in plugins if not only_patterns(plugin)],
+        KeywordDetector,
+        re.compile(anywhere, re.IGNORECASE),
+        re.compile(anywhere),
+    )
 
 
 def checked_content(content: str, mode: str) -> str:

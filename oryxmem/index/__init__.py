@@ -30,6 +30,9 @@ from oryxmem.registry import INDEXES, index_names, indexes_of
 from oryxmem.store.db import Executes, select_in
 
 if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
     from oryxmem.store.db import Database
 
 
@@ -51,6 +54,23 @@ class Hit:
 
     row_id: int
     score: float
+
+
+@dataclass(frozen=True)
+class RankedWords:
+    """What a words arm found, best first, as arrays in one order: the row ids, their
+    scores (higher is better), and whether each was found by its own words (else only
+    by the words around it)."""
+
+    row_ids: npt.NDArray[np.int64]
+    scores: npt.NDArray[np.float64]
+    own: npt.NDArray[np.bool_]
+
+    @staticmethod
+    def none() -> RankedWords:
+        import numpy as np  # (only a search asks: numpy is loaded for it)
+
+        return RankedWords(np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.bool_))
 
 
 class DerivedIndex(ABC):

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from oryxmem.config import Config
-from oryxmem.index import DerivedIndex, Hit, IndexRow
+from oryxmem.index import DerivedIndex, Hit, IndexRow, RankedWords
 from oryxmem.index.terms import index_text, match_any, query_terms
 from oryxmem.store.db import Executes, insert_values, select_in
 from oryxmem.store.format import ARCHIVAL
@@ -51,6 +51,7 @@ COMMON_ENTRIES = 2000
 # The rarest of words all that common is found by counting each up to this many entries
 # (about 3 ms a word): words held by more are all as common as the query needs to know.
 RAREST_CAP = 16 * COMMON_ENTRIES
+HELD_KEPT = 1024  # words' counts kept (bm25._held), all of them let go when full
 
 
 KEY_BITS = 40  # a row id below 2**40; an agent's slot above it
@@ -68,6 +69,10 @@ class BM25Index(DerivedIndex):
         # The terms of texts prepare() stemmed ahead of add(), which holds the write lock:
         # stemming is most of the work of taking a row in.
         self._terms: dict[str, str] = {}
+        # How many entries hold a word (counted up to a cap), by the state of the index
+        # they were counted at: a search of the same words at the same state (nothing
+        # taken in since) asks FTS5 for none of them again.
+        self._held_at: dict[tuple[tuple[Any, ...], str, int], int] = {}
 
     def create(self, db: Database) -> None:
         db.execute(
@@ -140,29 +145,46 @@ class BM25Index(DerivedIndex):
         common) the rarest; and whether that one is held by more than COMMON_ENTRIES. A
         word no entry holds never crowds out a common one (in a memory of one entry,
         every word it holds is held by all)."""
-        entries = int(db.execute("SELECT entries FROM memory_terms_count").fetchone()[0])
-        most = int(min(COMMON_SHARE * entries, COMMON_ENTRIES))
+        at = tuple(
+            db.execute(
+                "SELECT c.entries, s.version, s.cursor, s.backfill_below"
+                " FROM memory_terms_count AS c LEFT JOIN index_state AS s ON s.name = ?",
+                [self.name],
+            ).fetchone()
+        )
+        most = int(min(COMMON_SHARE * int(at[0]), COMMON_ENTRIES))
         # Entries holding each word, counted up to one past `most`: FTS5's vocabulary table
         # counts them all, reading a common word's whole list (a million entries: 32 ms).
-        held = {word: self._held(db, word, most + 1) for word in words}
+        held = {word: self._held(db, at, word, most + 1) for word in words}
         present = [w for w in words if held[w] > 0]  # the others match nothing
         if not present:
             return words, False
         rare = [w for w in present if held[w] <= most]
         if rare:
             return rare, False
-        counted = {word: self._held(db, word, RAREST_CAP) for word in present}
+        counted = {word: self._held(db, at, word, RAREST_CAP) for word in present}
         rarest = min(present, key=lambda w: counted[w])  # of words past the cap: the first
         return [rarest], counted[rarest] > COMMON_ENTRIES
 
-    @staticmethod
-    def _held(db: Executes, word: str, cap: int) -> int:
-        """How many entries hold the word, counted up to cap."""
-        found = db.execute(
-            "SELECT count(*) FROM (SELECT 1 FROM memory_terms WHERE memory_terms MATCH ? LIMIT ?)",
-            [match_any([word]), cap],
-        ).fetchone()
-        return int(found[0])
+    def _held(self, db: Executes, at: tuple[Any, ...], word: str, cap: int) -> int:
+        """How many entries hold the word, counted up to cap, with the index at state
+        ``at`` (its entries, version, cursor and backfill: a state no change leaves as
+        it was)."""
+        key = (at, word, cap)
+        held = self._held_at.get(key)
+        if held is None:
+            found = db.execute(
+                "SELECT count(*) FROM"
+                " (SELECT 1 FROM memory_terms WHERE memory_terms MATCH ? LIMIT ?)",
+                [match_any([word]), cap],
+            ).fetchone()
+            held = int(found[0])
+            if at[2] is None:  # no state to know it by (not built here)
+                return held
+            if len(self._held_at) >= HELD_KEPT:
+                self._held_at.clear()
+            self._held_at[key] = held
+        return held
 
     def _context(self, db: Executes, row: IndexRow) -> str:
         if row.scope != ARCHIVAL or row.ts is None:
@@ -213,19 +235,21 @@ class BM25Index(DerivedIndex):
 
     def search(self, db: Executes, agent: str, query: str, limit: int | None) -> list[Hit]:
         """The agent's entries by BM25 (their text, and their context at half weight)."""
-        return [hit for hit, _ in self.ranked(db, agent, query, limit)]
+        found = self.ranked(db, agent, query, limit)
+        return [
+            Hit(row_id, score)
+            for row_id, score in zip(found.row_ids.tolist(), found.scores.tolist(), strict=True)
+        ]
 
-    def ranked(
-        self, db: Executes, agent: str, query: str, limit: int | None
-    ) -> list[tuple[Hit, bool]]:
-        """search(), with whether each entry matched by its own words (True) or only by
-        its context: the second bm25() weighs the context at 0."""
+    def ranked(self, db: Executes, agent: str, query: str, limit: int | None) -> RankedWords:
+        """search(), as arrays, with whether each entry matched by its own words (True)
+        or only by its context: the second bm25() weighs the context at 0."""
         words = query_terms(query)
         if not words:
-            return []
+            return RankedWords.none()
         slot = _slot(db, agent)
         if slot is None:  # none of its entries taken in
-            return []
+            return RankedWords.none()
         first, last = slot << KEY_BITS, slot << KEY_BITS | ROW_MASK  # the agent's keys
         selected, too_common = self._selective(db, words)
         match = match_any(selected)
@@ -236,14 +260,23 @@ class BM25Index(DerivedIndex):
                 [match, first, last, COMMON_ENTRIES - 1],
             ).fetchone()
             first = cut[0] if cut is not None else first
-        rows: Any = db.execute(
+        found = db.execute(
             f"SELECT rowid, bm25(memory_terms, 1.0, {CONTEXT_WEIGHT}) AS rank,"
             " bm25(memory_terms, 1.0, 0.0) FROM memory_terms"
             " WHERE memory_terms MATCH ? AND rowid BETWEEN ? AND ? ORDER BY rank LIMIT ?",
             [match, first, last, -1 if limit is None else limit],
-        )
+        ).fetchall()
+        if not found:
+            return RankedWords.none()
+        import numpy as np  # (a search: loaded already for it)
+
+        keys, ranks, own = zip(*found, strict=True)
         # bm25() is negated (lower ranks better); 0 where nothing of the entry matched.
-        return [(Hit(key & ROW_MASK, -rank), own < 0) for key, rank, own in rows]
+        return RankedWords(
+            np.array(keys, np.int64) & ROW_MASK,
+            -np.array(ranks, np.float64),
+            np.array(own, np.float64) < 0,
+        )
 
 
 def _slot(db: Executes, agent: str) -> int | None:

@@ -435,7 +435,7 @@ class EpisodeIndex:
         if other:
             keep = sessions != other
             ids, similarity = ids[keep], similarity[keep]
-        return {row: scaled for row, (scaled, _) in normalised_top(ids, similarity, POOL).items()}
+        return normalised_top(ids, similarity, POOL).as_dict()
 
     def _vectors(self, db: Executes, agent: str, size: int) -> _Vectors | None:
         """The agent's rounds' ids, sessions, where each one's vectors start, and the

@@ -407,27 +407,40 @@ def _scanned(
         yield ids[firsts + offsets], np.repeat(vectors, each, axis=0)
 
 
+@dataclass(frozen=True)
+class Normalised:
+    """The best rows by similarity, as arrays in one order: their ids, their similarity
+    min-max scaled to [0, 1], and the similarity itself (both in doubles)."""
+
+    row_ids: npt.NDArray[np.int64]
+    scaled: npt.NDArray[np.float64]
+    cosines: npt.NDArray[np.float64]
+
+    def as_dict(self) -> dict[int, float]:
+        """Row id -> scaled similarity."""
+        return dict(zip(self.row_ids.tolist(), self.scaled.tolist(), strict=True))
+
+
 def normalised_top(
     row_ids: npt.NDArray[np.int64],
     similarity: npt.NDArray[np.float32],
     pool: int,
     lowest: float | None = None,
-) -> dict[int, tuple[float, float]]:
-    """The pool best rows by similarity: (min-max scaled over all of the agent's rows,
-    the lowest of which is ``lowest`` when the scores are only of the best ones, the
-    cosine itself). Rows all alike (one row, say) are each the best there is: 1."""
-    if not len(row_ids):
-        return {}
+) -> Normalised:
+    """The pool best rows by similarity, min-max scaled over all of the agent's rows (the
+    lowest of which is ``lowest`` when the scores are only of the best ones). Rows all
+    alike (one row, say) are each the best there is: 1."""
+    count = min(pool, len(row_ids))
+    if not count:
+        return Normalised(np.zeros(0, np.int64), np.zeros(0), np.zeros(0))
     low, high = float(similarity.min()), float(similarity.max())
     if lowest is not None:
         low = min(low, lowest)
     if high <= low:
-        return {int(row_ids[i]): (1.0, high) for i in range(min(pool, len(row_ids)))}
-    span = high - low
-    count = min(pool, len(row_ids))
+        return Normalised(
+            np.asarray(row_ids[:count], np.int64), np.ones(count), np.full(count, high)
+        )
     top = np.argpartition(-similarity, count - 1)[:count]
     cosines = similarity[top].astype(np.float64)  # each as float() gives it
-    scaled = (cosines - low) / span  # in doubles, as Python's own arithmetic
-    return dict(
-        zip(row_ids[top].tolist(), zip(scaled.tolist(), cosines.tolist(), strict=True), strict=True)
-    )
+    scaled = (cosines - low) / (high - low)  # in doubles, as Python's own arithmetic
+    return Normalised(np.asarray(row_ids[top], np.int64), scaled, cosines)

@@ -131,6 +131,26 @@ def test_the_whole_query_inside_a_word_is_found_by_meaning_and_still_comes_first
     assert first.arms == ("exact", "semantic")
 
 
+def test_a_word_grown_common_since_the_last_search_is_left_out_of_the_next(
+    service: MemoryService,
+) -> None:
+    """The words arm matches only words held by at most half of the entries (when rarer
+    ones remain); how many hold each is remembered by the state of the index, so a
+    search after entries changed counts again."""
+    for n in range(10):
+        service.save("coder", f"Filler note number {n}.")
+    # each word held by 3 of 14 (an entry, and the two after it by their context)
+    before = contents(service.search("coder", "tea release", mode="keyword").hits)
+    assert MEMORY[0] in before and MEMORY[2] in before
+    assert contents(service.search("coder", "tea release", mode="keyword").hits) == before
+    fillers = service.search("coder", "filler", mode="keyword", limit=10).hits
+    # as many entries as before (so each word is counted up to the same cap), but 8 of
+    # them hold "tea" now: with the tea entry, more than half of them
+    service.edit("coder", (), {hit.entry.entry_id: "Tea tasting." for hit in fillers[:8]})
+    after = contents(service.search("coder", "tea release", mode="keyword").hits)
+    assert MEMORY[2] in after and not any("tea" in hit.casefold() for hit in after)
+
+
 def test_scores_are_from_0_to_1_and_nothing_scored_0_is_a_hit(service: MemoryService) -> None:
     service.save("coder", "typed during the storm")
     for mode in MODES:

@@ -25,6 +25,18 @@ SECRET_LINES = [
 ]
 
 
+# The keyword detector ignores case (in Unicode): the quick look lowers an ASCII line and
+# reads any other as the detector does ('ſ' is an 's' to it; 'Ñ' an 'ñ').
+CASED_KEYWORD_LINES = [
+    "PASSWORD = 'hunter2hunter2'",
+    'Api_Key: "bar-value-12345-abcdef"',
+    "DB_Pass = 'correct-horse-battery'",
+    "CONTRASEÑA = 'hunter2hunter2'",
+    "paſſword = 'hunter2hunter2'",
+    "Secret: 'ünïcödé-välüe-12345'",
+]
+
+
 def library_scan(lines: list[str]) -> list[secrets.Finding]:
     """detect-secrets' scan of every line, as find() ran it before its quick look."""
     from detect_secrets.core.scan import _process_line_based_plugins
@@ -44,10 +56,12 @@ def test_the_quick_look_finds_what_detect_secrets_finds() -> None:
     lines = [line for path in sorted(SAMPLES.glob("*.md")) for line in path.read_text().split("\n")]
     lines += SECRET_LINES
     lines += [f"password is not a secret here {n}" for n in range(3)]  # a keyword, no value
+    lines += CASED_KEYWORD_LINES
     for line in lines:
         assert secrets.find([line]) == library_scan([line]), line
     assert secrets.find(lines) == library_scan(lines)
     assert sum(bool(secrets.find([line])) for line in SECRET_LINES) >= len(SECRET_LINES) - 2
+    assert all(secrets.find([line]) for line in CASED_KEYWORD_LINES), "each holds a password"
 
 
 def test_every_keyword_pattern_holds_the_keyword_list() -> None:
