@@ -5,10 +5,13 @@ owns a MemoryService and its SQLite connection. When it wakes it takes every
 job queued so far; the saves among them are grouped per agent, and each group
 is one batch of the service's one write path (MemoryService.save_batch, its
 steps spread over threads): prepared here, written as one journaled append to
-MEMORY.md (one fsync) on a writer thread, so the groups of different agents
-are written side by side and their fsyncs overlap, and each group is answered
-as soon as its own append is durable: group commit, so throughput grows with
-the number of clients.
+MEMORY.md (one fsync), and each group is answered as soon as its own append is
+durable: group commit, so throughput grows with the number of clients. The groups
+of a round of several agents are written either one after another on this thread
+or side by side on writer threads (their fsyncs overlap, but each costs two thread
+hops): whichever has cost this thread less time per save lately (_Pace), the
+other tried now and then, since which wins depends on the disk (side by side when
+a sync is slow, one after another when syncs take less than the hops).
 
 Mirroring saves into the rows (one SQLite commit, its WAL synced once the write lock is
 let go) is derived work and is coalesced into few, large transactions, because each
@@ -42,8 +45,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import queue
+import statistics
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -67,6 +72,13 @@ STUCK_SECONDS = 60.0
 # (the indexer's step), and db.OTHERS_WAIT_MS for another program's (brief_wait).
 LOCKED_WAIT_MS = 100
 WRITER_THREADS = 4  # agents whose appends (and fsyncs) run side by side
+# How a round of several groups is written (_Pace): each way's time per save is the
+# median of its last PACE_SAMPLES rounds (one round the scheduler held up must not turn
+# it), and the other way is tried once every PACE_TRY_SECONDS, so that a change of the
+# disk's speed is noticed. Seldom: a round written the dearer way costs more than its
+# own time, since it staggers the answers, and so the clients' next saves, for a while.
+PACE_SAMPLES = 15
+PACE_TRY_SECONDS = 1.0
 MIRROR_IDLE_SECONDS = 0.05
 MIRROR_MAX_AGE_SECONDS = 1.0
 MIRROR_MIN_GAP_SECONDS = 1.0
@@ -166,9 +178,42 @@ class _Group:
     sent: set[int] = field(default_factory=set)
 
     def write(self) -> None:
-        """The durable append, then the answers at once; on a writer thread."""
+        """The durable append, then the answers at once."""
         self.saving.write_batch(self.batch)
         _reply(self.jobs, self.batch, self.sent)  # durable in MEMORY.md: acknowledged
+
+
+@dataclass
+class _Pace:
+    """Which way the memory thread writes a round of several agents' groups: one after
+    another itself, or side by side on the writer threads. It waits for the round
+    either way; its time per save written is what bounds the saves a second, so each
+    way's recent figures decide, and the way not chosen is tried now and then."""
+
+    samples: dict[bool, deque[float]] = field(  # side by side -> seconds per save
+        default_factory=lambda: {way: deque(maxlen=PACE_SAMPLES) for way in (False, True)}
+    )
+    tried_at: float = 0.0  # when the way not preferred was last tried (monotonic)
+
+    def per_save(self, side_by_side: bool) -> float | None:
+        """What a save has cost that way lately (None: not measured yet)."""
+        samples = self.samples[side_by_side]
+        return statistics.median(samples) if samples else None
+
+    def side_by_side(self, now: float) -> bool:
+        """How to write the next round, at ``now`` (monotonic)."""
+        side, in_turn = self.per_save(True), self.per_save(False)
+        if side is None or in_turn is None:
+            return side is None  # each way measured once before any is preferred
+        if now - self.tried_at >= PACE_TRY_SECONDS:
+            self.tried_at = now
+            return in_turn <= side
+        return side < in_turn
+
+    def took(self, side_by_side: bool, seconds: float, saves: int) -> None:
+        """A round written that way took ``seconds`` for ``saves`` saves."""
+        if saves > 0:
+            self.samples[side_by_side].append(seconds / saves)
 
 
 class MemoryWorker:
@@ -187,6 +232,7 @@ class MemoryWorker:
         self._jobs: queue.Queue[Job | None] = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="oryxmem-memory", daemon=True)
         self._writers = ThreadPoolExecutor(WRITER_THREADS, thread_name_prefix="oryxmem-write")
+        self._pace = _Pace()
         self._accepting = threading.Lock()  # no job is queued after the stop marker
         self._stopping = False
         self._indexes_behind = True  # until a catch-up finds nothing to do
@@ -450,10 +496,10 @@ class MemoryWorker:
     # --- saves ------------------------------------------------------------------
 
     def _save_groups(self, groups: list[list[_Save]]) -> None:
-        """Each agent's group is one batch: prepared here, written on the writer threads
-        side by side (their fsyncs overlap), each acknowledged as soon as it is durable,
-        then finished here (mirror queued, or the saves kept while MEMORY.md is
-        conflicted)."""
+        """Each agent's group is one batch: prepared here, written (here one after
+        another, or on the writer threads side by side: _Pace), each acknowledged as
+        soon as it is durable, then finished here (mirror queued, or the saves kept
+        while MEMORY.md is conflicted)."""
         prepared = []
         for jobs in groups:
             batch = self.saving.prepare_batch(jobs[0].ref, [job.request for job in jobs])
@@ -461,11 +507,19 @@ class MemoryWorker:
             _reply(jobs, batch, group.sent)  # the ones refused up front
             if batch.prepared:
                 prepared.append(group)
-        if len(prepared) == 1:
-            prepared[0].write()
+        if len(prepared) > 1:
+            began = time.monotonic()
+            side_by_side = self._pace.side_by_side(began)
+            if side_by_side:
+                for done in [self._writers.submit(group.write) for group in prepared]:
+                    done.result()  # write() keeps its errors in the batch
+            else:
+                for group in prepared:
+                    group.write()
+            saves = sum(len(group.batch.prepared) for group in prepared)
+            self._pace.took(side_by_side, time.monotonic() - began, saves)
         elif prepared:
-            for done in [self._writers.submit(group.write) for group in prepared]:
-                done.result()  # write() keeps its errors in the batch
+            prepared[0].write()
         for group in prepared:
             self.saving.finish_batch(group.batch)
             _reply(group.jobs, group.batch, group.sent)

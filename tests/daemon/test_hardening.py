@@ -282,6 +282,80 @@ def test_a_fifo_directory_or_socket_where_memory_md_should_be_is_a_409_not_a_han
     assert f"odd-{kind}: unreadable" in status
 
 
+def test_rounds_of_several_agents_are_written_the_way_that_cost_less_per_save_lately() -> None:
+    pace = worker_module._Pace()
+    assert pace.side_by_side(now=100.0) is True  # each way is measured once first
+    pace.took(True, 0.004, 4)
+    assert pace.side_by_side(now=100.1) is False
+    pace.took(False, 0.002, 4)
+    # The dearer way is tried once every PACE_TRY_SECONDS, to notice a change of the disk.
+    every = worker_module.PACE_TRY_SECONDS
+    clock = [101.0 + n * every / 8 for n in range(20)]
+    chosen = [pace.side_by_side(now) for now in clock]
+    assert [n for n, way in enumerate(chosen) if way] == [0, 8, 16]
+    pace.took(True, 0.004, 4)
+    pace.took(True, 0.400, 4)  # one round the scheduler held up does not turn it
+    pace.took(False, 0.002, 4)
+    assert pace.side_by_side(now=clock[-1]) is False
+    for _ in range(worker_module.PACE_SAMPLES):  # the disk slows down: one after another
+        pace.took(False, 0.040, 4)  # now costs far more
+    assert [pace.side_by_side(now=clock[-1]) for _ in range(3)] == [True, True, True]
+    pace.took(True, 0.0, 0)  # a round whose saves were all refused teaches nothing
+    assert pace.per_save(True) == pytest.approx(0.001)
+
+
+def test_a_round_of_several_agents_written_either_way_answers_each_once_it_is_durable(
+    service: MemoryService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both ways write the same, each agent's group answered as soon as its own append
+    is durable: one after another, an agent is answered before the next is written.
+    With a slow sync, side by side wins and is kept."""
+    from oryxmem.store import answered
+
+    real_sync = answered.os.fdatasync
+    events: list[str] = []
+    lock = threading.Lock()
+
+    def slow_sync(fd: int) -> None:
+        time.sleep(0.03)  # a slow disk: each record's sync takes 30 ms
+        real_sync(fd)
+
+    real_write = service.saving.write_batch
+
+    def write(batch: Any) -> None:
+        with lock:
+            events.append(f"write {batch.ref.agent}")
+        real_write(batch)
+
+    monkeypatch.setattr(answered.os, "fdatasync", slow_sync)
+    monkeypatch.setattr(service.saving, "write_batch", write)
+    agents = ["ann", "bob", "cat", "dan"]
+    worker = MemoryWorker(service, on_lagging=lambda agent: None)
+    worker.start()
+    try:
+        for round_ in range(6):
+            gate = threading.Event()
+            worker.call(lambda s, gate=gate: gate.wait(30))  # the round's saves queue behind it
+            futures = []
+            for agent in agents:
+                future = worker.save(service.resolve(agent), SaveRequest(f"round {round_}"))
+                future.add_done_callback(lambda _, agent=agent: events.append(f"answered {agent}"))
+                futures.append(future)
+            events.clear()
+            gate.set()
+            for future in futures:
+                assert future.result(timeout=30).entry.content == f"round {round_}"
+            if round_ == 1:  # the second round is written one after another
+                assert events == [f"{step} {a}" for a in agents for step in ("write", "answered")]
+        side, in_turn = worker._pace.per_save(True), worker._pace.per_save(False)
+        assert side is not None and in_turn is not None and side < in_turn
+    finally:
+        worker.stop()
+    for agent in agents:
+        text = service.workspace.memory_path(agent).read_text()
+        assert [f"round {n}" in text for n in range(6)] == [True] * 6
+
+
 # --- B. Nothing in a workspace reaches outside it ---------------------------------------
 
 
