@@ -204,6 +204,7 @@ class _Pace:
         """How to write the next round, at ``now`` (monotonic)."""
         side, in_turn = self.per_save(True), self.per_save(False)
         if side is None or in_turn is None:
+            self.tried_at = now  # both just measured: the next try a while from now
             return side is None  # each way measured once before any is preferred
         if now - self.tried_at >= PACE_TRY_SECONDS:
             self.tried_at = now
