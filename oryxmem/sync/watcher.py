@@ -333,6 +333,9 @@ class SyncWatcher:
     # --- the worker ---------------------------------------------------------------
 
     def _run(self) -> None:
+        # The database check's baseline comes first: a program's commit made while the
+        # catch-up runs differs from it, and is followed at the loop's first check.
+        data_version = self._data_version()
         # Catch up with what changed while we were down: only what is due. The change log
         # is pruned once the daemon serves (a long one, left by an import, takes seconds).
         catch_up = partial(self.engine.reconcile_all, only_due=True, prune=False)
@@ -342,9 +345,9 @@ class SyncWatcher:
         self.ready.set()
         self._pass(self._prune)
         clocks = _Clocks(
-            data_version=self._data_version(),
+            data_version=data_version,
             next_rescan=self._next_rescan(),
-            next_poll=time.monotonic() + DB_POLL_SECONDS,
+            next_poll=time.monotonic(),  # at once: what committed during the catch-up
             next_folder_check=time.monotonic() + FOLDER_CHECK_SECONDS,
         )
         while not self._stop.is_set():

@@ -645,12 +645,13 @@ def test_show_recall_and_context_never_print_terminal_controls_from_a_cloned_fil
 def test_a_row_with_agent_dot_dot_slash_x_is_quarantined_within_seconds(
     running: RunningDaemon, workspace: Workspace
 ) -> None:
-    """It stayed a plain row for 39 s (until a rescan); other bad rows took 3 s."""
+    """It stayed a plain row for 39 s (until a rescan); other bad rows took 3 s. The
+    bound is under the rescan's (24 s at the soonest), so only the database check passes."""
     sql(
         workspace,
         "INSERT INTO memory_entries(agent, content) VALUES ('../x', 'escape'), ('ok', 'fine')",
     )
-    eventually(workspace, "SELECT count(*) FROM memory_entries WHERE agent = '../x'", "0", 5)
+    eventually(workspace, "SELECT count(*) FROM memory_entries WHERE agent = '../x'", "0", 20)
     kept = sql(workspace, "SELECT count(*) FROM memory_quarantine").strip()
     assert kept == "1"
     assert not (workspace.root / ".oryxos" / "x").exists()

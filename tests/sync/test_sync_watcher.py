@@ -220,3 +220,27 @@ def test_the_change_log_is_pruned_once_the_watcher_is_ready_not_before(
     finally:
         watcher.stop()
     assert pruned_when_ready and all(pruned_when_ready)
+
+
+def test_a_row_written_while_the_watcher_starts_is_followed_without_a_rescan(
+    workspace: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A program's INSERT committed after the catch-up pass looked, but before the loop
+    began, is still seen by the database check (here every hour, as the rescan): it
+    stayed a plain row until the rescan when the check's baseline was read after it."""
+    monkeypatch.setattr(watcher_module, "DB_POLL_SECONDS", 3600.0)
+    watcher = SyncWatcher(workspace, rescan_seconds=3600.0)
+    prune = watcher.engine.prune_changes
+
+    def written_meanwhile() -> int:  # runs between the catch-up and the loop
+        sql(workspace, "INSERT INTO memory_entries(agent, content) VALUES ('coder', 'late')")
+        return prune()
+
+    watcher.engine.prune_changes = written_meanwhile  # type: ignore[method-assign]
+    watcher.start()
+    try:
+        path = workspace.memory_path("coder")
+        wait_until(lambda: path.exists() and "late" in path.read_text(), timeout=30)
+        assert disagreements(workspace) == []
+    finally:
+        watcher.stop()
