@@ -25,7 +25,7 @@ alone, far below the keyword arm's context), the multilingual e5-small model
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -92,7 +92,7 @@ class Ranked:
 
 @dataclass(frozen=True)
 class Ranking:
-    ranked: list[Ranked]
+    ranked: Iterator[Ranked]  # best first, each built as it is taken (once)
     unembedded: int  # rows the semantic arm has not embedded yet (it answered without them)
 
 
@@ -172,7 +172,7 @@ class _Candidates:
         by_meaning[at_meaning] = True
         return _Candidates(row_ids, word_scores, scaled, cosines, by_words, own, by_meaning)
 
-    def best(self, exact: set[int], weights: tuple[float, float], limit: int) -> list[Ranked]:
+    def best(self, exact: set[int], weights: tuple[float, float], limit: int) -> Iterator[Ranked]:
         """The ``limit`` best by fused score: those holding the whole query first, then
         by score; ties: the newer (higher row id) first. A row whose fused score is 0
         and that does not hold the query is left out (the bottom of the scale of the one
@@ -184,8 +184,9 @@ class _Candidates:
         kept = np.flatnonzero((scores > 0) | holds)
         chosen = kept[np.lexsort((-self.row_ids[kept], -scores[kept], ~holds[kept]))[:limit]]
         # credited to the keyword arm only where an entry's own words match; one found
-        # only by the words of the entries before it says "context"
-        return [
+        # only by the words of the entries before it says "context". Built as taken: a
+        # recall that filters the pool (scope, similarity) mostly stops after a few.
+        return (
             Ranked(
                 int(self.row_ids[at]),
                 float(scores[at]),
@@ -198,7 +199,7 @@ class _Candidates:
                 float(self.cosines[at]),
             )
             for at in chosen.tolist()
-        ]
+        )
 
 
 def _keyword_arm(db: Executes, agent: str, query: str, keyword: WordsArm) -> RankedWords:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+from collections.abc import Iterator
+from itertools import islice
 from typing import cast
 
 from oryxmem.errors import (
@@ -81,13 +83,13 @@ class Finding:
         # are read from one state of both files (and a search begins one, not twenty).
         with read_snapshot(self.shared.index_db) as db:
             ranking, failed = self._rank(db, ref.agent, query, mode_used, best)
-            kept = [  # the words found it, or its meaning is close enough
+            kept = (  # the words found it, or its meaning is close enough
                 ranked
                 for ranked in ranking.ranked
                 if min_similarity is None
                 or {"exact", "keyword"} & set(ranked.arms)
                 or ranked.similarity >= min_similarity
-            ]
+            )
             hits = self._hits(db, kept, count, scope)
             words = self._words_pending(db, ref.agent) if mode != "semantic" else 0
         return SearchResult(ref, query, mode, hits, ranking.unembedded, note or failed, words)
@@ -154,13 +156,12 @@ class Finding:
             return rank(db, agent, query, limit, "keyword", bm25, None), note
 
     def _hits(
-        self, db: Executes, kept: list[Ranked], count: int, scope: str | None
+        self, db: Executes, kept: Iterator[Ranked], count: int, scope: str | None
     ) -> list[SearchHit]:
         """The first ``count`` of the ranked rows in ``scope``, with their entries (read
         for the rows kept only, ``count`` at a time)."""
         hits: list[SearchHit] = []
-        for at in range(0, len(kept), count):
-            chunk = kept[at : at + count]
+        while chunk := list(islice(kept, count)):
             found = rows.entries_by_row_id(db, [r.row_id for r in chunk])
             for ranked in chunk:
                 entry = found.get(ranked.row_id)

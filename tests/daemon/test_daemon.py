@@ -83,7 +83,7 @@ def test_every_route_with_curl_and_the_client_while_files_and_rows_change(
     assert status == 200 and saved["data"]["entry"]["scope"] == "core"
     # Durable in MEMORY.md when acknowledged; the rows follow right after the reply.
     assert "User is Ada." in workspace.memory_path("coder").read_text()
-    wait_until(lambda: disagreements(workspace) == [], timeout=5)
+    wait_until(lambda: disagreements(workspace) == [])
     # A human edits the file; another program inserts a row.
     with open(workspace.memory_path("coder"), "a") as handle:
         handle.write(f"- [{TS}] typed in an editor about pytest\n")
