@@ -461,18 +461,16 @@ class MemoryWorker:
             waited = now - since
             if waited >= patience or not self._still_put_off(jobs[0].ref, waited):
                 del self._deferred[agent]
-                self.saving.put_off_since(jobs[0].ref, since)
                 ready.append(jobs)
         if ready:
             every = [job for jobs in ready for job in jobs]
             self._guarded(every, partial(self._save_groups, ready))
 
     def _still_put_off(self, ref: AgentRef, waited: float) -> bool:
-        """Is another program still at work on the file, and still to be waited for? At
-        first whatever it does; after QUIET_PATIENCE only while it holds it open."""
-        if waited < QUIET_PATIENCE:
-            return self.saving.others_are_writing(ref)
-        return self.saving.held_open_by_others(ref)
+        """Is another program still at work on the file, and still to be waited for?"""
+        if not self.saving.others_are_writing(ref):
+            return False
+        return waited < QUIET_PATIENCE or self.saving.held_open_by_others(ref)
 
     def _run_call(self, job: _Call) -> None:
         if not job.future.set_running_or_notify_cancel():

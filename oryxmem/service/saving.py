@@ -160,15 +160,6 @@ class Saving:
         except (OryxError, OSError):
             return False  # the save itself says what is wrong
 
-    def put_off_since(self, ref: AgentRef, since: float) -> None:
-        """This agent's saves were put off for another program at work on its file since
-        ``since`` (monotonic): their write waits for it no longer than the rest of the
-        patience a write has for it."""
-        try:
-            self.shared.files.get(ref.agent).waited_for_others_since(since)
-        except (OryxError, OSError) as error:  # the save itself says what is wrong
-            log.debug("%s: its write waits its whole patience (%s)", ref.agent, error)
-
     def held_open_by_others(self, ref: AgentRef) -> bool:
         """Does another program hold this agent's MEMORY.md open to write in place?"""
         try:

@@ -259,14 +259,6 @@ class MarkdownMemoryStore(LongTermMemoryStore):
         except FileNotFoundError:
             return False
 
-    def waited_for_others_since(self, since: float) -> None:
-        """A caller put its writes off for someone else at work on the file since
-        ``since`` (monotonic): their own wait for quiet counts from then (the patience
-        is for the whole spell), so a write put off that long does not wait again."""
-        with self.lock.hold():
-            if self._waiting_since is None or since < self._waiting_since:
-                self._waiting_since = since
-
     def held_open_by_others(self) -> bool:
         """Does another process hold the file open to write in place (an editor writing
         it again in pieces)? An append now would be written over."""

@@ -599,38 +599,3 @@ def test_an_append_that_fails_takes_its_record_back_and_changes_nothing(
     monkeypatch.undo()
     assert store.path.read_bytes() == before
     assert journal_records(store) == [] and store.answered.entries() == []
-
-
-def test_a_write_put_off_for_an_editor_its_whole_patience_does_not_wait_again(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A save to a file an editor just replaced waits for quiet; one the daemon already
-    put off for that editor's writing for QUIET_PATIENCE is written at once (waiting
-    again held the daemon's memory thread, and every other agent's saves, a second)."""
-    from oryxmem.store import markdown
-
-    store = open_store(tmp_path)
-    store.append("one")
-    waits: list[Path] = []
-    real = markdown.wait_until_quiet
-
-    def noted(path: Path, quiet: float, patience: float) -> object:
-        waits.append(path)
-        return real(path, quiet, patience)
-
-    monkeypatch.setattr(markdown, "wait_until_quiet", noted)
-
-    def editor_saves(line: str) -> None:
-        tmp = store.path.with_name("MEMORY.md.swp")
-        tmp.write_text(store.path.read_text() + f"- [2026-01-01 00:00:00] {line}\n")
-        os.replace(tmp, store.path)
-
-    editor_saves("typed first")
-    store.append("two")
-    assert len(waits) == 1  # waited for the editor to be done
-    editor_saves("typed again")
-    store.waited_for_others_since(time.monotonic() - markdown.QUIET_PATIENCE)
-    store.append("three")
-    assert len(waits) == 1  # put off that long already: written at once
-    contents = [e.content for e in store.entries()[1]]
-    assert contents == ["one", "typed first", "two", "typed again", "three"]
