@@ -59,7 +59,6 @@ from oryxmem.errors import DaemonUnavailableError, OryxError, log_failure
 from oryxmem.service import MemoryService, Outcome, SaveBatch, SaveRequest, SaveResult
 from oryxmem.service.saving import Saving
 from oryxmem.store.db import brief_wait, is_locked
-from oryxmem.store.markdown import QUIET_PATIENCE
 from oryxmem.store.sessions import ToolRecord
 from oryxmem.workspace import AgentRef
 
@@ -85,12 +84,9 @@ MIRROR_MAX_AGE_SECONDS = 1.0
 MIRROR_MIN_GAP_SECONDS = 1.0
 INDEX_IDLE_SECONDS = 0.05  # quiet time before the indexes take another batch
 INDEX_MAX_LAG_SECONDS = 1.0  # under load, how long the keyword index may trail the rows
-# Saves to a MEMORY.md another program is writing are put off, looked at again every
-# DEFER_POLL_SECONDS, and written once it is done; meanwhile the thread serves the rest.
-# While it holds the file open to write in place (an append would be written over), at
-# most DEFER_PATIENCE_SECONDS; while it only keeps replacing the file (an editor saving
-# by rename again and again), QUIET_PATIENCE, as a save with no daemon waits for it:
-# a save it drops is put back.
+# Saves to a MEMORY.md another program is writing (an editor writing it again in place)
+# are put off, looked at again every DEFER_POLL_SECONDS, and written once it is done or
+# after DEFER_PATIENCE_SECONDS whatever it does; meanwhile the thread serves the rest.
 DEFER_POLL_SECONDS = 0.05
 DEFER_PATIENCE_SECONDS = 10.0
 
@@ -458,19 +454,12 @@ class MemoryWorker:
         self._deferred_checked_at = now
         ready = []
         for agent, (since, jobs) in list(self._deferred.items()):
-            waited = now - since
-            if waited >= patience or not self._still_put_off(jobs[0].ref, waited):
+            if now - since >= patience or not self.saving.others_are_writing(jobs[0].ref):
                 del self._deferred[agent]
                 ready.append(jobs)
         if ready:
             every = [job for jobs in ready for job in jobs]
             self._guarded(every, partial(self._save_groups, ready))
-
-    def _still_put_off(self, ref: AgentRef, waited: float) -> bool:
-        """Is another program still at work on the file, and still to be waited for?"""
-        if not self.saving.others_are_writing(ref):
-            return False
-        return waited < QUIET_PATIENCE or self.saving.held_open_by_others(ref)
 
     def _run_call(self, job: _Call) -> None:
         if not job.future.set_running_or_notify_cancel():

@@ -160,13 +160,6 @@ class Saving:
         except (OryxError, OSError):
             return False  # the save itself says what is wrong
 
-    def held_open_by_others(self, ref: AgentRef) -> bool:
-        """Does another program hold this agent's MEMORY.md open to write in place?"""
-        try:
-            return self.shared.files.get(ref.agent).held_open_by_others()
-        except (OryxError, OSError):
-            return False  # the save itself says what is wrong
-
     def prepare_batch(self, ref: AgentRef, requests: Sequence[SaveRequest]) -> SaveBatch:
         """Check and stamp each save; those refused get their error as their outcome."""
         batch = SaveBatch(ref, requests, [None] * len(requests))

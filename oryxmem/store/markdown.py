@@ -29,7 +29,6 @@ from oryxmem.fileio import (
     FileStat,
     atomic_write,
     file_stat,
-    held_open_to_write_elsewhere,
     is_being_written,
     open_regular,
     remove_stale_temp_files,
@@ -256,14 +255,6 @@ class MarkdownMemoryStore(LongTermMemoryStore):
             return False
         try:
             return is_being_written(os.lstat(self.path), QUIET_SECONDS)
-        except FileNotFoundError:
-            return False
-
-    def held_open_by_others(self) -> bool:
-        """Does another process hold the file open to write in place (an editor writing
-        it again in pieces)? An append now would be written over."""
-        try:
-            return held_open_to_write_elsewhere(os.lstat(self.path))
         except FileNotFoundError:
             return False
 

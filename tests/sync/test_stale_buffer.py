@@ -80,38 +80,3 @@ def test_saves_survive_an_editor_rewriting_from_old_buffers_again_and_again_unde
         assert disagreements(workspace) == []
         assert editor.error is None
         assert "restored" in running.text() or "put back" in running.text()
-
-
-def test_a_save_is_not_held_while_an_editor_only_keeps_replacing_the_file(
-    workspace: Workspace, tmp_path: Path
-) -> None:
-    """An editor saving by rename again and again (the file never held open to write in
-    place) holds a save up no longer than a save with no daemon waits for it: the save
-    is answered while the editor still goes on (it waited the editor out, up to 10 s,
-    before), and it is in MEMORY.md once."""
-    path = workspace.memory_path("coder")
-    with daemon(workspace, tmp_path / "daemon.log") as running:
-        client = Client(running.socket, timeout=60)
-        client.save("coder", "the first save")  # the file exists
-        stop = threading.Event()
-        editor = Background(lambda: stale_editor(path, stop, read_ahead=0.0, every=0.05))
-        editor.start()
-        threading.Timer(6.0, stop.set).start()  # the editor's spell: 6 s, short of 10
-        try:
-            time.sleep(0.2)  # the editor is at work
-            client.save("coder", "saved while the editor goes on")
-            answered_while_editing = editor.is_alive()
-        finally:
-            stop.set()
-            editor.join()
-        assert answered_while_editing
-        wanted = Counter({"the first save": 1, "saved while the editor goes on": 1})
-
-        def found() -> Counter[str]:
-            return Counter(content for _, _, content in file_items(workspace, "coder"))
-
-        deadline = time.monotonic() + 60
-        while found() != wanted and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert found() == wanted
-        assert editor.error is None
