@@ -18,7 +18,10 @@ from support.console import RunningConsole, Served
 from oryxmem.client import Client
 
 webdriver = pytest.importorskip("selenium.webdriver")
-from selenium.common.exceptions import NoAlertPresentException  # noqa: E402
+from selenium.common.exceptions import (  # noqa: E402
+    NoAlertPresentException,
+    StaleElementReferenceException,
+)
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.remote.webdriver import WebDriver  # noqa: E402
@@ -82,7 +85,9 @@ def client(served: Served) -> Client:
 
 
 def wait(browser: WebDriver, condition: object, timeout: float = 15) -> None:
-    WebDriverWait(browser, timeout).until(lambda _: condition())  # type: ignore[operator]
+    """Wait for `condition`; an element read while the page replaces it is read again."""
+    waiting = WebDriverWait(browser, timeout, ignored_exceptions=(StaleElementReferenceException,))
+    waiting.until(lambda _: condition())  # type: ignore[operator]
 
 
 def row_texts(browser: WebDriver, table: str) -> list[str]:
