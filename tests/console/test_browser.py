@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from support.console import RunningConsole, Served
+from support.sync import wait_until
 
 from oryxmem.client import Client
 
@@ -111,6 +112,9 @@ def test_every_page_shows_what_it_should(
         session = memory.create_session("coder")["id"]
         memory.append_message(session, "user", "Which tea do I like?")
         memory.append_message(session, "assistant", "You like green tea.")
+        # Rounds are a derived index the daemon's indexer takes in off the request: the
+        # episodes page is looked at once the round is in it.
+        wait_until(lambda: memory.search_episodes("coder", "tea")["episodes"] != [])
     base = signed_in.base
     pages = {
         "agents": ("/", "#agents", "coder"),
@@ -183,7 +187,8 @@ def test_add_edit_and_forget_through_the_page(
 
     row = browser.find_element(By.XPATH, "//table[@id='core']//tr[contains(., 'French')]")
     row.find_element(By.LINK_TEXT, "Edit").click()
-    box = browser.find_element(By.NAME, "content")
+    wait(browser, lambda: browser.find_elements(By.CSS_SELECTOR, "form.edit"))  # the edit page
+    box = browser.find_element(By.CSS_SELECTOR, "form.edit [name=content]")
     assert box.get_attribute("value") == "Prefers answers in French."
     box.clear()
     box.send_keys("Prefers answers in Norwegian.")
