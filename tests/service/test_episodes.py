@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from support.daemon import daemon
 from support.processes import run_cli
+from support.sync import wait_until
 
 from oryxmem.client import Client
 from oryxmem.config import Config, set_value
@@ -383,6 +384,8 @@ def test_episodes_over_the_socket_and_the_cli(workspace: Workspace, tmp_path: Pa
             time.sleep(0.2)
         assert hits[0]["round"] == 0 and "teal" in hits[0]["text"]
         with Client(running.socket) as client:
+            # health shows the episodes' backlog (docs/api.md), none left once it is in
+            wait_until(lambda: client.health()["indexes"]["episodes"]["pending"] == 0)
             found = client.search_episodes("a", "logo colour", limit=1)["episodes"]
             assert [h["session"] for h in found] == [session]
             assert (
