@@ -140,7 +140,9 @@ def test_another_program_holding_the_database_is_one_line_not_a_traceback(
             ["sqlite3", str(workspace.db_path)], stdin=subprocess.PIPE, text=True
         )
         assert holder.stdin is not None
-        holder.stdin.write("BEGIN EXCLUSIVE;\nSELECT 1;\n")
+        # it waits out the watcher's own short write (the change log pruned once it is
+        # ready, and at each rescan), then holds the lock
+        holder.stdin.write(".timeout 10000\nBEGIN EXCLUSIVE;\nSELECT 1;\n")
         holder.stdin.flush()
         path = workspace.memory_path("coder")
         path.parent.mkdir(parents=True)
