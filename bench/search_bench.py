@@ -12,6 +12,8 @@ Everything goes through the daemon, a real process on a real socket:
 - the daemon's RSS with the model loaded and that agent's vectors in memory;
 - indexing: entries/s the indexer thread embeds, from a backlog of --search-backlog
   entries, and one client's save p50 / p99 while it does;
+- one client saving back to back, the vectors following (the indexer waits for the
+  stream to end): save p50 / p99, and how soon after it the vectors have every save;
 - the daemon's CPU once it is idle again.
 
 Run: python -m bench.search_bench [--search-entries 100000] [--search-backlog 3000] [--json]
@@ -282,6 +284,7 @@ def run(args: argparse.Namespace) -> list[Figure]:
             # A backlog to embed: an agent written behind the daemon's back, as git would,
             # while an agent asks it a question every 100 ms and another client saves.
             figures += backfill(client, workspace, args.search_backlog, rng)
+            figures += stream_of_saves(client, args.stream_saves)
             client.close()
             time.sleep(2)
             before, at = cpu_seconds(proc.pid), time.monotonic()
@@ -388,6 +391,26 @@ def backfill(client: Client, workspace: Workspace, count: int, rng: random.Rando
     ]
 
 
+def stream_of_saves(client: Client, count: int) -> list[Figure]:
+    """``count`` saves back to back from one client with the default embedder on: what
+    embedding the new rows beside them costs them, and when the vectors have them all."""
+    while pending_vectors(client):
+        time.sleep(0.05)
+    times = []
+    for n in range(count):
+        begun = time.perf_counter()
+        client.save("stream", f"a note saved in a stream, number {n}, about the garden")
+        times.append((time.perf_counter() - begun) * 1000)
+    ended = time.monotonic()
+    while pending_vectors(client):
+        time.sleep(0.01)
+    return [
+        Figure(f"{count} saves back to back, vectors on: save p50", statistics.median(times), "ms"),
+        Figure("  save p99", percentile(times, 0.99), "ms"),
+        Figure("  the vectors have them all after the last", time.monotonic() - ended, "s"),
+    ]
+
+
 def words_have(client: Client, workspace: Workspace, agent: str, count: int) -> bool:
     """Are the agent's rows in (read straight from the table, as another program would),
     and have the keyword and BM25 indexes taken every row in?"""
@@ -402,6 +425,9 @@ def options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--search-entries", type=int, default=100_000, help="entries searched")
     parser.add_argument("--sessions", type=int, default=1000, help="sessions of the agent")
     parser.add_argument("--search-backlog", type=int, default=3000, help="entries to embed")
+    parser.add_argument(
+        "--stream-saves", type=int, default=2000, help="saves back to back, vectors on"
+    )
     parser.add_argument(
         "--search-idle", type=float, default=20, help="seconds of idle CPU measured"
     )

@@ -113,10 +113,12 @@ class Daemon:
         self.watcher = SyncWatcher(
             self.workspace, files=service.files, config=self.config, on_report=self._on_report
         )
-        self.indexer = Indexer(
-            MemoryService(self.workspace, self.config, files=service.files, in_daemon=True)
-        )
         self.worker = MemoryWorker(service, self.watcher.schedule, self._mirrored)
+        worker = self.worker
+        self.indexer = Indexer(
+            MemoryService(self.workspace, self.config, files=service.files, in_daemon=True),
+            last_save=lambda: worker.last_save_at,
+        )
         work = backend_work(self.config.backend)
         if work is not None:
             own = MemoryService(self.workspace, self.config, files=service.files)

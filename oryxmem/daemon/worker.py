@@ -240,6 +240,9 @@ class MemoryWorker:
         self._busy_since: float | None = None  # when the batch in hand began
         self._indexes_caught_up_at = time.monotonic()
         self._mirrored_at = 0.0  # when the last mirror began (monotonic)
+        # When saves were last written (monotonic; None: none yet): the indexer puts the
+        # vectors off while they stream in.
+        self.last_save_at: float | None = None
         self._deferred: dict[str, tuple[float, list[_Save]]] = {}  # agent -> since, saves
         self._deferred_checked_at = 0.0
 
@@ -501,6 +504,7 @@ class MemoryWorker:
         another, or on the writer threads side by side: _Pace), each acknowledged as
         soon as it is durable, then finished here (mirror queued, or the saves kept
         while MEMORY.md is conflicted)."""
+        self.last_save_at = time.monotonic()
         prepared = []
         for jobs in groups:
             batch = self.saving.prepare_batch(jobs[0].ref, [job.request for job in jobs])

@@ -17,7 +17,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from oryxmem.index import (
     DerivedIndex,
@@ -174,13 +174,18 @@ class Upkeep:
             taken += step
         return taken
 
-    def only_a_trickle_to_embed(self) -> bool:
-        """Do the slow indexes (the vectors) lack some rows, but fewer than one batch of
-        each? Each counted up to its batch: a probe, whatever the backlog."""
+    def rows_to_embed(self) -> Literal["none", "trickle", "batch"]:
+        """What the slow indexes (the vectors) lack: nothing, a trickle (some rows, fewer
+        than one batch of each) or a batch. Each counted up to its batch: a probe,
+        whatever the backlog."""
         db = self.shared.index_db
         slow = [index for index in self.indexes.values() if not index.follows_saves]
         waiting = [waiting_rows(db, index, index.batch) for index in slow]
-        return any(waiting) and all(n < i.batch for n, i in zip(waiting, slow, strict=True))
+        if not any(waiting):
+            return "none"
+        if all(n < i.batch for n, i in zip(waiting, slow, strict=True)):
+            return "trickle"
+        return "batch"
 
     def embed_step(self) -> int:
         """One step of each slow index (the vectors): the rows of the next batch are

@@ -150,6 +150,53 @@ def test_a_trickle_of_rows_waits_for_more_and_is_embedded_in_one_step(
     assert steps == [1, 1] and backlog_of(service)["vectors"] == 0
 
 
+def test_the_vectors_wait_while_saves_stream_in_and_not_for_ever(
+    in_daemon: MemoryService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Embedding beside a stream of saves slows every save: the rows the vectors lack
+    (a batch or more) wait until no save has come for STREAM_GAP_SECONDS, and at most
+    YIELD_SECONDS; a stream that outlasts that has its rows embedded as they come."""
+    import oryxmem.daemon.indexer as indexer_module
+
+    now = [1000.0]
+    last_save: list[float | None] = [None]
+    monkeypatch.setattr(indexer_module.time, "monotonic", lambda: now[0])
+    service = in_daemon
+    indexer = Indexer(service, last_save=lambda: last_save[0])
+    steps: list[int] = []
+    real_step = service.upkeep.embed_step
+    monkeypatch.setattr(service.upkeep, "embed_step", lambda: steps.append(1) or real_step())
+    batch = service.upkeep.indexes["vectors"].batch
+    gap = indexer_module.STREAM_GAP_SECONDS
+
+    # A stream that ends: the batch waits for its end, then goes in at once.
+    arrive(service, "a", [f"note {n} about tea" for n in range(batch)])
+    last_save[0] = now[0]
+    assert not indexer.step()
+    assert steps == [] and indexer.look_again_in == pytest.approx(gap)
+    now[0] += gap / 2
+    last_save[0] = now[0]  # another save
+    assert not indexer.step()
+    assert steps == [] and indexer.look_again_in == pytest.approx(gap)
+    now[0] += gap
+    assert indexer.step()
+    assert steps == [1] and backlog_of(service)["vectors"] == 0
+
+    # A stream that goes on: put off for YIELD_SECONDS, then every step embeds.
+    arrive(service, "a", [f"note {n} about coffee" for n in range(2 * batch)])
+    began = now[0]
+    while now[0] - began < indexer_module.YIELD_SECONDS:
+        last_save[0] = now[0]
+        assert not indexer.step()
+        assert steps == [1]
+        now[0] += gap / 2
+    last_save[0] = now[0]
+    assert indexer.step()
+    last_save[0] = now[0] = now[0] + gap / 2
+    assert indexer.step()
+    assert steps == [1, 1, 1] and backlog_of(service)["vectors"] == 0
+
+
 def test_the_index_file_commits_unsynced_and_the_rows_stay_synced(
     workspace: Workspace, in_daemon: MemoryService
 ) -> None:
