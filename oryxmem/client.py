@@ -39,6 +39,10 @@ class _ReplyError(Exception):
 
 
 CONNECT_RETRY_SECONDS = 2.0  # how long a full backlog is waited out
+# How long the daemon keeps an idle connection when its reply does not say
+# (daemon.client_timeout_seconds' default); a connection is sent on again only while it
+# has been idle for less than half of that (_Connection.fresh).
+DEFAULT_KEEP_ALIVE_SECONDS = 10.0
 
 
 class _Connection:
@@ -63,6 +67,8 @@ class _Connection:
             raise
         self.reader = self.sock.makefile("rb")
         self.reusable = True
+        self.keep_alive = DEFAULT_KEEP_ALIVE_SECONDS  # as the last reply's Keep-Alive says
+        self.idle_since = time.monotonic()
 
     def _connect(self, path: str, patience: float) -> None:
         """A Unix socket whose backlog is full refuses at once (EAGAIN): many clients
@@ -82,6 +88,13 @@ class _Connection:
     def close(self) -> None:
         self.reader.close()
         self.sock.close()
+
+    def fresh(self) -> bool:
+        """Idle for less than half of what the daemon keeps it? A request sent on a
+        connection the daemon is closing (its keep-alive timer fired, or fires first
+        when the daemon wakes from a pause: a suspended laptop, SIGSTOP) is reset
+        unread, and a save cannot be sent again (it may have been carried out)."""
+        return time.monotonic() - self.idle_since < self.keep_alive / 2
 
     def send(self, request: bytes) -> None:
         self.sock.sendall(request)
@@ -110,6 +123,8 @@ class _Connection:
                 length = int(value)
             elif name == b"connection":
                 keep_alive = value.strip().lower() != b"close"
+            elif name == b"keep-alive":
+                self.keep_alive = _keep_alive_timeout(value, self.keep_alive)
             elif name == b"transfer-encoding":
                 raise _ReplyError("a chunked reply; the daemon sends none")
         else:
@@ -121,6 +136,7 @@ class _Connection:
         if len(body) < length:
             raise _ReplyError("the connection was closed in the body")
         self.reusable = keep_alive
+        self.idle_since = time.monotonic()
         return body
 
     def _line(self) -> bytes:
@@ -128,6 +144,18 @@ class _Connection:
         if len(line) > MAX_LINE:
             raise _ReplyError("a header line is too long")
         return line
+
+
+def _keep_alive_timeout(value: bytes, otherwise: float) -> float:
+    """The ``timeout=N`` of a Keep-Alive header (``timeout=10, max=100``)."""
+    for part in value.split(b","):
+        name, _, number = part.partition(b"=")
+        if name.strip().lower() == b"timeout":
+            try:
+                return max(0.0, float(number.strip()))
+            except ValueError:
+                return otherwise
+    return otherwise
 
 
 def _request_bytes(method: str, path: str, body: bytes | None, headers: dict[str, str]) -> bytes:
@@ -185,14 +213,17 @@ class Client:
     ) -> Any:
         """Send one request; return the envelope's data or raise its error.
 
-        A kept-alive connection the daemon has closed fails while sending (a Unix
-        socket refuses at once): then it reconnects and sends again. A request that
+        A kept-alive connection idle for half of what the daemon keeps it is not
+        used again: a new one is opened. One the daemon has closed fails while sending
+        (a Unix socket refuses at once): then it reconnects and sends again. A request that
         went out whole and got no answer is sent again only when it is a GET: a save
         may have been carried out, and sending it twice could store it twice.
         """
         payload = None if body is None else json.dumps(body, ensure_ascii=False).encode()
         all_headers = {"Content-Type": "application/json", **self._meant, **(headers or {})}
         message = _request_bytes(method, path, payload, all_headers)
+        if self._conn is not None and not self._conn.fresh():
+            self.close()
         for attempt in (1, 2):
             try:
                 if self._conn is None:

@@ -18,8 +18,9 @@ cut takes a commit back). A trickle of rows (fewer than a batch: the saves of on
 client) waits up to GATHER_SECONDS for more and is embedded in one step, not one step a
 mirror: fuller batches for the model, fewer writes. While saves stream in (one came in
 the last STREAM_GAP_SECONDS), the rows the vectors lack wait for the stream to end, up
-to YIELD_SECONDS: embedding (a millisecond of a core per entry) beside a stream of saves
-slowed each save by a sixth and its p99 five-fold, nice or not. A search embeds the few
+to YIELD_SECONDS: embedding (a millisecond of a core per entry) beside one client
+saving back to back made its saves' p50 a tenth longer and their p99 three to five
+times, nice or not (docs/performance.md). A search embeds the few
 rows the vectors lack itself (vectors.FRESH_ROWS), so it finds them by meaning
 meanwhile; past those it answers without them and says how many (``pending``).
 """

@@ -181,7 +181,15 @@ class Daemon:
         assert self.worker is not None and self.watcher is not None and self.readers is not None
         client_timeout = float(self.config.get("daemon.client_timeout_seconds"))
         app = api.make_app(self.worker, self.readers, self.health, client_timeout)
-        app.on_response_prepare.append(self._answered)
+        # Each reply says how long an idle connection is kept (the keep-alive timer below):
+        # the client opens a new one rather than send on one that may be closing.
+        keep_alive = f"timeout={client_timeout:g}"
+
+        async def answered(request: web.Request, response: web.StreamResponse) -> None:
+            self.last_request = time.monotonic()
+            response.headers["Keep-Alive"] = keep_alive
+
+        app.on_response_prepare.append(answered)
         runner = web.AppRunner(
             app,
             handle_signals=False,
@@ -217,9 +225,6 @@ class Daemon:
         follower.cancel()
         idler.cancel()
         await runner.cleanup()
-
-    async def _answered(self, request: web.Request, response: web.StreamResponse) -> None:
-        self.last_request = time.monotonic()
 
     async def _stop_when_idle(self, stop: asyncio.Event) -> None:
         """A daemon started in the background goes once nobody has asked it anything for

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import signal
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -11,6 +13,7 @@ import pytest
 from support.daemon import daemon
 
 from oryxmem.client import Client
+from oryxmem.config import set_value
 from oryxmem.errors import DaemonUnavailableError, InternalError, InvalidFieldError
 from oryxmem.workspace import Workspace
 
@@ -181,3 +184,46 @@ def test_a_tool_call_names_a_non_ascii_agent_in_its_header(
         assert saved["agent"] == "编码员"
         assert client.recall_memory_tool({"keyword": "中文"}, agent="编码员")["lines"]
     assert "用中文保存" in workspace.memory_path("编码员").read_text()
+
+
+def test_a_connection_idle_for_half_its_keep_alive_is_not_sent_on_again(serve: Serve) -> None:
+    """The daemon says how long it keeps an idle connection; past half of it the client
+    opens a new one (a request sent as the daemon closes one is reset unread)."""
+    server = serve(lambda n: framed(OK, b"Keep-Alive: timeout=2, max=100"))
+    with Client(server.path) as client:
+        assert client.health() == {"n": 1}
+        assert client.health() == {"n": 1}  # at once: the same connection
+        assert server.connections == 1
+        time.sleep(1.1)
+        assert client.save("coder", "after a pause") == {"n": 1}
+    assert server.connections == 2
+    assert len(server.requests) == 3
+
+
+def test_a_save_after_the_daemon_was_paused_past_its_keep_alive_goes_through(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    """A daemon stopped (SIGSTOP, a suspended laptop) past a connection's keep-alive closes
+    it first thing when it wakes: a save the client had sent on it was reset unread, and
+    failed as 'may or may not have been carried out'. The client opens a new connection
+    instead, and the save is made once."""
+    set_value(workspace.config_path, "daemon.client_timeout_seconds", 2)
+    with daemon(workspace, tmp_path / "daemon.log") as running, Client(running.socket) as client:
+        client.health()
+        time.sleep(1.2)
+        running.proc.send_signal(signal.SIGSTOP)
+        try:
+            time.sleep(1.2)  # the connection's keep-alive ends while the daemon sleeps
+            answer: list[object] = []
+            sending = threading.Thread(
+                target=lambda: answer.append(client.save("coder", "saved across a pause"))
+            )
+            sending.start()
+            time.sleep(0.2)
+        finally:
+            running.proc.send_signal(signal.SIGCONT)
+        sending.join(timeout=30)
+        assert answer and isinstance(answer[0], dict), answer
+        assert client.recall("coder", "across a pause")["lines"]
+    text = workspace.memory_path("coder").read_text()
+    assert text.count("saved across a pause") == 1
