@@ -8,7 +8,8 @@ one client saves steadily (back to back, and one save every 10 ms), and meanwhil
   no busy timeout, spaced 100 ms apart: how many are refused because the daemon holds
   the write lock at that moment (goal: none);
 - a probe that tries `BEGIN IMMEDIATE` with no timeout every 2 ms: the share of tries
-  that find the lock taken, which is the daemon's duty cycle on the write lock;
+  that find the lock taken, which is the daemon's duty cycle on the write lock (it grows
+  with the saves: their rate is printed beside it);
 
 then another program holds `BEGIN EXCLUSIVE` for --lock-hold seconds while the client
 saves every 20 ms: the slowest of those saves, over the usual one (goal: at most 100 ms).
@@ -50,25 +51,26 @@ def main(argv: list[str] | None = None) -> list[Figure]:
 
 
 @contextmanager
-def saving(client: Client, pause: float, times: list[float] | None = None) -> Iterator[None]:
-    """One client saving in a thread at this pace until the block ends."""
+def saving(client: Client, pause: float, times: list[float] | None = None) -> Iterator[list[int]]:
+    """One client saving in a thread at this pace until the block ends; gives the count
+    of its saves so far (one item, updated as it goes)."""
     done = threading.Event()
+    count = [0]
 
     def loop() -> None:
-        n = 0
         while not done.is_set():
             started = time.perf_counter()
-            client.save("steady", f"a steady save {n}")
+            client.save("steady", f"a steady save {count[0]}")
             if times is not None:
                 times.append((time.perf_counter() - started) * 1000)
-            n += 1
+            count[0] += 1
             if pause:
                 time.sleep(pause)
 
     thread = threading.Thread(target=loop, daemon=True)
     thread.start()
     try:
-        yield
+        yield count
     finally:
         done.set()
         thread.join(timeout=60)
@@ -139,10 +141,12 @@ def run(args: argparse.Namespace) -> list[Figure]:
             client.save("steady", "the first save: the model loads")
             client.search("steady", "warm up the model")
             for pace, pause in PACES.items():
-                with saving(client, pause):
+                with saving(client, pause) as saved:
                     time.sleep(STEADY_SECONDS)
+                    before, began = saved[0], time.monotonic()
                     refused = refused_inserts(db, args.lock_runs, pace)
                     duty = duty_cycle(db, 3.0)
+                    rate = (saved[0] - before) / (time.monotonic() - began)
                 figures += [
                     Figure(
                         f"sqlite3 INSERTs refused of {args.lock_runs}, saves {pace}",
@@ -151,6 +155,7 @@ def run(args: argparse.Namespace) -> list[Figure]:
                         at_most(0, 21),
                     ),
                     Figure(f"  daemon's write-lock duty cycle, saves {pace}", duty * 100, "%"),
+                    Figure(f"  saves/s meanwhile, {pace}", rate, "/s"),
                 ]
             usual, slowest = held_lock(db, client, args.lock_hold)
             figures.append(
