@@ -204,6 +204,14 @@ class Client:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _connection(self) -> _Connection:
+        """The kept-alive connection while it is fresh, else a new one."""
+        if self._conn is not None and not self._conn.fresh():
+            self.close()
+        if self._conn is None:
+            self._conn = _Connection(self.socket_path, self.timeout)
+        return self._conn
+
     def request(
         self,
         method: str,
@@ -214,21 +222,19 @@ class Client:
         """Send one request; return the envelope's data or raise its error.
 
         A kept-alive connection idle for half of what the daemon keeps it is not
-        used again: a new one is opened. One the daemon has closed fails while sending
-        (a Unix socket refuses at once): then it reconnects and sends again. A request that
-        went out whole and got no answer is sent again only when it is a GET: a save
-        may have been carried out, and sending it twice could store it twice.
+        used again: a new one is opened. One the daemon has closed fails while
+        sending (a Unix socket refuses at once): then it reconnects and sends again.
+        A request that went out whole and got no answer is sent again only when it
+        is a GET: a save may have been carried out, and sending it twice could store
+        it twice.
         """
         payload = None if body is None else json.dumps(body, ensure_ascii=False).encode()
         all_headers = {"Content-Type": "application/json", **self._meant, **(headers or {})}
         message = _request_bytes(method, path, payload, all_headers)
-        if self._conn is not None and not self._conn.fresh():
-            self.close()
         for attempt in (1, 2):
             try:
-                if self._conn is None:
-                    self._conn = _Connection(self.socket_path, self.timeout)
-                self._conn.send(message)
+                conn = self._connection()
+                conn.send(message)
             except OSError as error:
                 self.close()
                 if attempt == 2 or isinstance(error, FileNotFoundError | ConnectionRefusedError):
@@ -237,8 +243,8 @@ class Client:
                     ) from None
                 continue  # not sent: a closed kept-alive connection
             try:
-                raw = self._conn.read_reply()
-                if not self._conn.reusable:
+                raw = conn.read_reply()
+                if not conn.reusable:
                     self.close()
                 break
             except (OSError, _ReplyError) as error:
