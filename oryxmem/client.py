@@ -39,10 +39,10 @@ class _ReplyError(Exception):
 
 
 CONNECT_RETRY_SECONDS = 2.0  # how long a full backlog is waited out
-# How long the daemon keeps an idle connection when its reply does not say
-# (daemon.client_timeout_seconds' default); a connection is sent on again only while it
-# has been idle for less than half of that (_Connection.fresh).
-DEFAULT_KEEP_ALIVE_SECONDS = 10.0
+# How long the daemon keeps an idle connection when its reply does not say (the
+# setting's default); a connection is sent on again only while it has been idle for
+# less than half of that (_Connection.fresh).
+DEFAULT_KEEP_ALIVE_SECONDS = float(Config.defaults().get("daemon.client_timeout_seconds"))
 
 
 class _Connection:

@@ -86,14 +86,14 @@ class Indexer(Background):
         lacking = self.upkeep.rows_to_embed()
         now = time.monotonic()
         last_save = self.last_save()
-        streaming = last_save is not None and last_save + STREAM_GAP_SECONDS > now
+        stream_ends = now if last_save is None else last_save + STREAM_GAP_SECONDS
+        streaming = stream_ends > now
         if lacking == "none" or not (streaming or lacking == "trickle"):
             self._waiting_since = None
             return False
         since = now if self._waiting_since is None else self._waiting_since
         self._waiting_since = since
         gathered = since + GATHER_SECONDS if lacking == "trickle" else now
-        stream_ends = last_save + STREAM_GAP_SECONDS if last_save is not None else now
         due = min(since + YIELD_SECONDS, max(gathered, stream_ends))
         if due <= now:
             if not streaming:

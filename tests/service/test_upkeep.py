@@ -3,14 +3,17 @@ take it in before the vectors, and no save or search takes a backlog in itself."
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
 
+import oryxmem.daemon.indexer as indexer_module
 from oryxmem.config import Config
 from oryxmem.daemon.indexer import Indexer
+from oryxmem.daemon.worker import MemoryWorker
 from oryxmem.index import catch_up, pending, take_step, upcoming
-from oryxmem.service import MemoryService
+from oryxmem.service import MemoryService, SaveRequest
 from oryxmem.service.upkeep import BACKLOG_ROWS, WORDS_STEP_ROWS
 from oryxmem.store.db import write_transaction
 from oryxmem.store.format import ARCHIVAL, NewEntry, numbered
@@ -123,8 +126,6 @@ def test_a_trickle_of_rows_waits_for_more_and_is_embedded_in_one_step(
 ) -> None:
     """Each write holds the database's write lock: the rows of a few saves wait (up to
     GATHER_SECONDS) for more, then go in with one step."""
-    import oryxmem.daemon.indexer as indexer_module
-
     now = [1000.0]
     monkeypatch.setattr(indexer_module.time, "monotonic", lambda: now[0])
     service = in_daemon
@@ -156,8 +157,6 @@ def test_the_vectors_wait_while_saves_stream_in_and_not_for_ever(
     """Embedding beside a stream of saves slows every save: the rows the vectors lack
     (a batch or more) wait until no save has come for STREAM_GAP_SECONDS, and at most
     YIELD_SECONDS; a stream that outlasts that has its rows embedded as they come."""
-    import oryxmem.daemon.indexer as indexer_module
-
     now = [1000.0]
     last_save: list[float | None] = [None]
     monkeypatch.setattr(indexer_module.time, "monotonic", lambda: now[0])
@@ -195,6 +194,33 @@ def test_the_vectors_wait_while_saves_stream_in_and_not_for_ever(
     last_save[0] = now[0] = now[0] + gap / 2
     assert indexer.step()
     assert steps == [1, 1, 1] and backlog_of(service)["vectors"] == 0
+
+
+def test_the_memory_thread_tells_the_indexer_when_it_last_wrote_saves(
+    workspace: Workspace, in_daemon: MemoryService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The indexer's other half, as the daemon wires it: the memory thread notes when it
+    wrote saves (not when it answered another call), and a batch the vectors lack waits
+    while that is under STREAM_GAP_SECONDS old (the indexer's clock held at the save)."""
+    memory = MemoryService(workspace, Config.load(workspace.config_path), in_daemon=True)
+    worker = MemoryWorker(memory, on_lagging=lambda agent: None)
+    worker.start()
+    try:
+        worker.call(lambda s: None).result(timeout=10)
+        assert worker.last_save_at is None
+        before = time.monotonic()
+        worker.save(memory.resolve("a"), SaveRequest("a note about tea")).result(timeout=10)
+        saved_at = worker.last_save_at
+        assert saved_at is not None and before <= saved_at <= time.monotonic()
+        indexer = Indexer(in_daemon, last_save=lambda: worker.last_save_at)
+        batch = in_daemon.upkeep.indexes["vectors"].batch
+        arrive(in_daemon, "b", [f"note {n} about coffee" for n in range(batch)])
+        monkeypatch.setattr(indexer_module.time, "monotonic", lambda: saved_at)
+        assert not indexer.step()
+        assert indexer.look_again_in == pytest.approx(indexer_module.STREAM_GAP_SECONDS)
+        assert backlog_of(in_daemon)["vectors"] >= batch
+    finally:
+        worker.stop()
 
 
 def test_the_index_file_commits_unsynced_and_the_rows_stay_synced(
