@@ -43,7 +43,8 @@ async def json_body(request: web.Request) -> dict[str, Any]:
         raise InvalidJsonError(f"the body is not valid JSON: {error}"[:300]) from None
     if not isinstance(value, dict):
         raise InvalidFieldError("the body must be a JSON object")
-    refuse_lone_surrogates(value)
+    if not raw.isascii() or b"\\u" in raw:  # else no string in it can hold a surrogate
+        refuse_lone_surrogates(value)
     return value
 
 

@@ -230,7 +230,7 @@ class MemoryWorker:
         self.upkeep = service.upkeep
         self.on_lagging = on_lagging  # tells the sync watcher to look at this agent soon
         self.on_mirrored = on_mirrored  # tells the indexer thread there are rows to embed
-        self._jobs: queue.Queue[Job | None] = queue.Queue()
+        self._jobs: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="oryxmem-memory", daemon=True)
         self._writers = ThreadPoolExecutor(WRITER_THREADS, thread_name_prefix="oryxmem-write")
         self._pace = _Pace()

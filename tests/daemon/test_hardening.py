@@ -526,6 +526,24 @@ def test_a_tool_call_with_a_lone_surrogate_agent_is_refused_and_stores_nothing(
     assert "Traceback" not in running.text()
 
 
+def test_a_lone_surrogate_sent_as_utf_8_bytes_is_refused_like_an_escaped_one(
+    running: RunningDaemon, workspace: Workspace, tmp_path: Path
+) -> None:
+    """JSON read from bytes lets a UTF-8 encoded surrogate through (surrogatepass), here
+    in a field no check of its own reads (the call is recorded as sent, and the record
+    could never be written): a body that is not ASCII is looked through whole, as one
+    with a \\u escape is."""
+    payload = tmp_path / "body.json"
+    payload.write_bytes(b'{"content": "x", "why": "\xed\xa0\x80"}')
+    status, reply = running.curl(
+        "--data-binary", f"@{payload}", "http://x/api/v1/tools/save_memory"
+    )
+    assert (status, reply["code"]) == (400, 1005), reply
+    global_file = workspace.global_memory_dir / "MEMORY.md"
+    assert not global_file.exists() or "] x" not in global_file.read_text()
+    assert "Traceback" not in running.text()
+
+
 def raw_exchange(running: RunningDaemon, data: bytes) -> bytes:
     with sockets.socket(sockets.AF_UNIX) as conn:
         conn.settimeout(10)
