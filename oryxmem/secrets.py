@@ -5,23 +5,44 @@ redact, the secret replaced by a marker; allow, no check), ``oryxmem scan`` chec
 files (and their git history), and the pre-commit hook checks what is staged. The
 detector is detect-secrets' own plugins and filters (cloud and service keys, private
 keys, passwords in URLs, quoted high-entropy strings), with its default settings;
-it is imported at the first check, so a command that checks nothing never loads it.
+it is imported at the first check that needs it, so a command that checks nothing never
+loads it, and one that checks a plain sentence need not either: where any plugin could see
+a candidate (its patterns, and the keyword detector's words) is kept in a file of the user's
+cache, and a text with none of them holds nothing.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import json
+import logging
+import os
 import re
+import stat
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from oryxmem.errors import SecretRefusedError
+from oryxmem.fileio import atomic_write
+
+log = logging.getLogger("oryxmem.secrets")
 
 MODES = ("refuse", "redact", "allow")
 MARKER = "[secret removed: {kind}]"
 _lock = threading.Lock()  # detect-secrets keeps its settings and caches in globals
 _configured: list[_Look] = []  # the process's detect-secrets settings are set
+# Where a plugin could see a candidate, once known in this process (None: some plugin's
+# candidates no pattern bounds, so every text is scanned).
+_candidates_known: list[_Candidates | None] = []
+# The file that keeps them between processes, and its shape: a file of another shape, or
+# made from another install of detect-secrets (_library_key), is made again. Importing the
+# library costs about 90 ms (every plugin module imports `requests`): most of a cold
+# `oryxmem save` with no daemon, which then checks one plain sentence.
+CANDIDATES_FILE = "secrets-candidates.json"
+CANDIDATES_FORMAT = 1
 
 
 def _configure() -> _Look:
@@ -58,9 +79,12 @@ def find(lines: Iterable[str], filename: str = "MEMORY.md") -> list[Finding]:
     numbered = list(enumerate(lines, start=1))
     if not any(line.strip() for _, line in numbered):
         return []
-    from detect_secrets.core.scan import _process_line_based_plugins
-
     with _lock:
+        candidates = _candidates()
+        if candidates is not None and not any(candidates.maybe(line) for _, line in numbered):
+            return []
+        from detect_secrets.core.scan import _process_line_based_plugins
+
         look = _configure()
         if not any(_a_plugin_matches(look, line, filename) for _, line in numbered):
             return []
@@ -107,6 +131,128 @@ class _Look:
     keyword_detector: type
     keywords: re.Pattern[str]  # any of its words, as its patterns match them (any case)
     ascii_keywords: re.Pattern[str]  # the same for an ASCII line lowercased
+
+
+@dataclass(frozen=True)
+class _Candidates:
+    """Where any plugin could see a candidate: one of the patterns its candidates are
+    matched by, or one of the keyword detector's words (_Look's, with the same reading of
+    case). A text with none of them holds nothing; one with some is looked at by the
+    plugins themselves."""
+
+    patterns: list[re.Pattern[str]]
+    keywords: re.Pattern[str]
+    ascii_keywords: re.Pattern[str]
+
+    def maybe(self, line: str) -> bool:
+        stripped = line.rstrip()  # as the scan reads each line
+        if any(pattern.search(stripped) for pattern in self.patterns):
+            return True
+        if stripped.isascii():
+            return self.ascii_keywords.search(stripped.lower()) is not None
+        return self.keywords.search(stripped) is not None
+
+    @classmethod
+    def of(cls, look: _Look) -> _Candidates | None:
+        """From the plugins: a plugin that is only its patterns, its patterns; one that
+        finds its candidates with a ``regex`` (the high-entropy strings, quoted) or its
+        ``denylist`` (the JWT one), those; the keyword detector, its words. Any other
+        plugin (None) leaves every text to the plugins."""
+        patterns = list(look.patterns)
+        for plugin in look.others:
+            if isinstance(plugin, look.keyword_detector):
+                continue
+            regex = getattr(plugin, "regex", None)
+            found = [regex] if isinstance(regex, re.Pattern) else getattr(plugin, "denylist", [])
+            if not found or not all(isinstance(pattern, re.Pattern) for pattern in found):
+                return None
+            patterns += found
+        return cls(patterns, look.keywords, look.ascii_keywords)
+
+    def fields(self) -> dict[str, Any]:
+        return {
+            "patterns": [[pattern.pattern, pattern.flags] for pattern in self.patterns],
+            "keywords": self.ascii_keywords.pattern,
+        }
+
+    @classmethod
+    def from_fields(cls, fields: dict[str, Any]) -> _Candidates:
+        words = str(fields["keywords"])
+        return cls(
+            [re.compile(str(source), int(flags)) for source, flags in fields["patterns"]],
+            re.compile(words, re.IGNORECASE),
+            re.compile(words),
+        )
+
+
+def _candidates() -> _Candidates | None:
+    """Where a plugin could see a candidate: known in this process, else read from the
+    user's cache (made by this install of detect-secrets), else from the library, loaded
+    now, and kept there. The caller holds _lock."""
+    if not _candidates_known:
+        key = _library_key()
+        path = _candidates_path()
+        found = _read_candidates(path, key) if key and path else None
+        if found is None:
+            found = _Candidates.of(_configure())
+            if found is not None and key and path:
+                _write_candidates(path, key, found)
+        _candidates_known.append(found)
+    return _candidates_known[0]
+
+
+def _library_key() -> str | None:
+    """Which install of detect-secrets this is, found without importing it: its folder
+    and the identity and time of its package and plugins (an upgrade writes them anew)."""
+    spec = importlib.util.find_spec("detect_secrets")
+    if spec is None or not spec.origin:
+        return None
+    package = Path(spec.origin).parent
+    try:
+        marks = [os.stat(path) for path in (spec.origin, package / "plugins")]
+    except OSError:
+        return None
+    return f"{package}:" + ":".join(f"{m.st_ino}.{m.st_mtime_ns}.{m.st_size}" for m in marks)
+
+
+def _candidates_path() -> Path | None:
+    """$XDG_CACHE_HOME/oryxmem/, else ~/.cache/oryxmem/ (None: no home to keep it in)."""
+    base = os.environ.get("XDG_CACHE_HOME") or ""
+    if not os.path.isabs(base):
+        try:
+            base = str(Path.home() / ".cache")
+        except RuntimeError:
+            return None
+    return Path(base) / "oryxmem" / CANDIDATES_FILE
+
+
+def _read_candidates(path: Path, key: str) -> _Candidates | None:
+    """The kept candidates, if made for this install and this shape, in a file only this
+    user can write (it decides which texts the plugins see); else None."""
+    try:
+        info = path.lstat()
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o022:
+            return None
+        kept = json.loads(path.read_bytes())
+        if kept.get("format") != CANDIDATES_FORMAT or kept.get("library") != key:
+            return None
+        return _Candidates.from_fields(kept)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, TypeError, KeyError, AttributeError, re.error) as error:
+        log.debug("%s not used (made again): %s", path, error)
+        return None
+
+
+def _write_candidates(path: Path, key: str, candidates: _Candidates) -> None:
+    """Keep them for the next process; a cache that cannot be written costs only time."""
+    kept = {"format": CANDIDATES_FORMAT, "library": key, **candidates.fields()}
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        atomic_write(path, json.dumps(kept).encode(), default_mode=0o600)
+        os.chmod(path, 0o600)  # (a replaced file keeps the mode it had)
+    except OSError as error:
+        log.debug("%s not written: %s", path, error)
 
 
 def _quick_look(plugins: Sequence[Any]) -> _Look:

@@ -33,6 +33,7 @@ def isolated_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
     with tempfile.TemporaryDirectory(prefix="oxm-", dir="/tmp") as short:
         monkeypatch.setenv("ORYXMEM_SOCKET", os.path.join(short, "s.sock"))
         monkeypatch.setenv("XDG_RUNTIME_DIR", short)
+        monkeypatch.setenv("XDG_CACHE_HOME", os.path.join(short, "cache"))  # not the user's
         yield root
 
 
