@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from oryxmem.errors import (
@@ -244,7 +244,7 @@ class Saving:
             # than the memory thread's own mirror would for another program's lock (a save
             # is answered already; the rows may wait, never the next answer).
             with brief_wait(self.shared.db, FLUSH_WAIT_MS):
-                self.mirror_saves()
+                self.mirror_saves(answered_since=append)
             pending = self._unmirrored.get(agent)  # still there: the database was locked
         if pending is None:
             self._unmirrored[agent] = _Unmirrored([append], source, time.monotonic())
@@ -298,13 +298,17 @@ class Saving:
             if since is not None:
                 self._records_since = min(since, self._records_since or since)
 
-    def mirror_saves(self, *, indexes_follow: bool = False) -> list[str]:
+    def mirror_saves(
+        self, *, indexes_follow: bool = False, answered_since: Append | None = None
+    ) -> list[str]:
         """Every save written but not yet in the rows goes in, in one transaction (with
         ``indexes_follow``, the indexes that follow saves then take a batch, in a short
         transaction of their own). Returns the agents whose rows still lag their file
         (someone else wrote too): reconcile them soon. The tool calls' records go in with
-        them. A failure here loses nothing (the files have every save): the saves and
-        records stay queued, and the first failure of a spell is logged."""
+        them. ``answered_since``: an append written and answered after those queued, not
+        in this mirror: its record stays in the answered log until its own mirror. A
+        failure here loses nothing (the files have every save): the saves and records
+        stay queued, and the first failure of a spell is logged."""
         if not self._unmirrored and self._records_since is None:
             return []
         pending, self._unmirrored = self._unmirrored, {}
@@ -329,7 +333,8 @@ class Saving:
             self._mirror_failed(error)
             self._sync_files(pending, rows_have_them=False)
             return []
-        self._sync_files(pending, rows_have_them=self._rows_durable(db))
+        since = {e.entry_id for e in answered_since.entries} if answered_since else set()
+        self._sync_files(pending, rows_have_them=self._rows_durable(db), keep=since)
         self._mirrored += sum(len(a.entries) for saves in pending.values() for a in saves.appends)
         self.mirrors += 1
         self._failing = False
@@ -350,15 +355,18 @@ class Saving:
             return False
         return True
 
-    def _sync_files(self, agents: Iterable[str], *, rows_have_them: bool) -> None:
+    def _sync_files(
+        self, agents: Iterable[str], *, rows_have_them: bool, keep: Collection[str] = ()
+    ) -> None:
         """Sync the MEMORY.md files the saves were appended to, and let their records in
-        the answered log go once the rows have them. A failed sync leaves the records
-        open: the saves are durable in them, and replayed if the disk lost them."""
+        the answered log go once the rows have them (not those of the entries in ``keep``).
+        A failed sync leaves the records open: the saves are durable in them, and
+        replayed if the disk lost them."""
         for agent in agents:
             store = self.shared.files.get(agent)
             try:
                 if rows_have_them:
-                    store.rows_have_answered()
+                    store.rows_have_answered(keep)
                 else:
                     store.settle()
             except (OryxError, OSError) as error:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 
 from oryxmem.fileio import AppendIntent, FileStat, open_regular
@@ -47,6 +47,15 @@ SHRINK_ABOVE_BYTES = 16 * GROW_BYTES
 
 def _entry_fields(entry: Entry) -> dict[str, object]:
     return {"scope": entry.scope, "ts": entry.ts, "content": entry.content, "id": entry.entry_id}
+
+
+def _holds_any(record: dict[str, object], ids: Collection[str]) -> bool:
+    entries = record.get("entries")
+    return (
+        bool(ids)
+        and isinstance(entries, list)
+        and any(isinstance(e, dict) and e.get("id") in ids for e in entries)
+    )
 
 
 def _pid_of(line: bytes) -> int | None:
@@ -225,10 +234,13 @@ class AnsweredLog:
                     )
         return found
 
-    def forget(self, pid: int | None = None) -> None:
-        """Take out this process's records (``pid``), or every one (None)."""
+    def forget(self, pid: int | None = None, keep: Collection[str] = ()) -> None:
+        """Take out this process's records (``pid``), or every one (None); but not a record
+        holding an entry whose id is in ``keep`` (a save whose rows are not in yet)."""
         records = self.records()
-        kept = [r for r in records if pid is not None and r.get("pid") != pid]
+        kept = [
+            r for r in records if pid is not None and (r.get("pid") != pid or _holds_any(r, keep))
+        ]
         if len(kept) == len(records):
             return
         # In place, under the caller's lock (no temp file a kill could leave behind): the

@@ -11,7 +11,7 @@ but ``close`` runs with the agent's file lock held.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -116,10 +116,11 @@ class MemoryJournal:
         if self._unsettled:
             self._sync_then(lambda: self.log.mark_done_of(os.getpid()))
 
-    def rows_have_answered_locked(self) -> None:
+    def rows_have_answered_locked(self, keep: Collection[str] = ()) -> None:
         """The saves this process answered are in the rows: MEMORY.md is synced and their
-        records leave the log."""
-        self._sync_then(lambda: self.log.forget(os.getpid()))
+        records leave the log, but for those of the entries in ``keep`` (answered since,
+        their rows not in yet)."""
+        self._sync_then(lambda: self.log.forget(os.getpid(), keep))
 
     def _sync_then(self, then: Callable[[], None]) -> None:
         """Sync what saves appended unsynced (if any), then change the log; a failure

@@ -264,11 +264,12 @@ class MarkdownMemoryStore(LongTermMemoryStore):
         and is done when it lets go of the lock); the caller holds the lock."""
         return key is not None and key != self.written_key and key != self.lock.last_written()
 
-    def rows_have_answered(self) -> None:
+    def rows_have_answered(self, keep: Collection[str] = ()) -> None:
         """The saves this process answered are in the rows now: MEMORY.md is synced, and
-        their records leave the log."""
+        their records leave the log, but for those of the entries in ``keep`` (answered
+        since, their rows not in yet)."""
         with self.lock.hold():
-            self.journal.rows_have_answered_locked()
+            self.journal.rows_have_answered_locked(keep)
 
     def settle(self) -> None:
         """Sync what saves appended to MEMORY.md, and mark their records done."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -12,7 +13,7 @@ from oryxmem.errors import (
     InvalidRoleError,
     SessionNotFoundError,
 )
-from oryxmem.service import MemoryService, footprint_line
+from oryxmem.service import MemoryService, SaveRequest, footprint_line
 from oryxmem.tools import ToolCall
 from oryxmem.workspace import Workspace
 
@@ -377,3 +378,36 @@ def test_every_answered_save_is_in_the_rows_once_a_mirror_has_put_it_there(
     assert saving.every_answered_save_in_rows
     service.save("a", "three")  # alone: written, then mirrored at once
     assert saving.every_answered_save_in_rows
+
+
+def test_a_save_answered_after_someone_else_wrote_keeps_its_record_until_its_own_rows(
+    service: MemoryService,
+) -> None:
+    """A save that does not continue the appends waiting for the rows (someone appended to
+    MEMORY.md between) has those mirrored first. Their records leave the answered log
+    then, and its own must not: until its rows are in, that record is what brings it back
+    after a crash if an editor's old copy of the file took it out. (It went with them: an
+    answered save the soak then found nowhere.)"""
+    saving = service.saving
+    ref = service.resolve("a")
+    store = service.files.get("a")
+
+    def save(content: str) -> None:
+        batch = saving.prepare_batch(ref, [SaveRequest(content, "archival", "api")])
+        saving.write_batch(batch)
+        saving.finish_batch(batch)
+
+    save("queued for the rows")
+    with open(service.workspace.memory_path("a"), "a", encoding="utf-8") as handle:
+        handle.write("- [2026-07-22 09:30:00] typed by hand\n")  # `>>`, no lock
+    path = service.workspace.memory_path("a")
+    written = path.stat().st_mtime - 60  # a while ago: not an editor at work now
+    os.utime(path, (written, written))
+    save("answered after the hand")
+    noted = [e["content"] for r in store.answered.records() for e in r["entries"]]
+    assert noted == ["answered after the hand"]
+    assert saving.unmirrored_agents == ["a"]
+    saving.mirror_saves()
+    assert store.answered.records() == []
+    in_rows = {row[0] for row in service.db.execute("SELECT content FROM memory_entries")}
+    assert {"queued for the rows", "answered after the hand"} <= in_rows
