@@ -112,16 +112,24 @@ def _a_plugin_matches(look: _Look, line: str, filename: str) -> bool:
     stripped = line.rstrip()  # as the scan reads each line
     if any(pattern.search(stripped) for pattern in look.patterns):
         return True
-    if stripped.isascii():  # the same answer, without matching case in Unicode (10x)
-        has_keyword = look.ascii_keywords.search(stripped.lower()) is not None
-    else:
-        has_keyword = look.keywords.search(stripped) is not None
+    has_keyword = _holds_a_keyword(stripped, look.keywords, look.ascii_keywords)
     for plugin in look.others:
         if isinstance(plugin, look.keyword_detector) and not has_keyword:
             continue
         if plugin.analyze_line(filename=filename, line=stripped):
             return True
     return False
+
+
+def _holds_a_keyword(
+    stripped: str, keywords: re.Pattern[str], ascii_keywords: re.Pattern[str]
+) -> bool:
+    """Does the line hold one of the keyword detector's words, as its patterns match them
+    (any case)? An ASCII line is lowered and matched as is: the same answer, without
+    matching case in Unicode (10x)."""
+    if stripped.isascii():
+        return ascii_keywords.search(stripped.lower()) is not None
+    return keywords.search(stripped) is not None
 
 
 @dataclass(frozen=True)
@@ -148,9 +156,7 @@ class _Candidates:
         stripped = line.rstrip()  # as the scan reads each line
         if any(pattern.search(stripped) for pattern in self.patterns):
             return True
-        if stripped.isascii():
-            return self.ascii_keywords.search(stripped.lower()) is not None
-        return self.keywords.search(stripped) is not None
+        return _holds_a_keyword(stripped, self.keywords, self.ascii_keywords)
 
     @classmethod
     def of(cls, look: _Look) -> _Candidates | None:

@@ -410,4 +410,4 @@ def test_a_save_answered_after_someone_else_wrote_keeps_its_record_until_its_own
     saving.mirror_saves()
     assert store.answered.records() == []
     in_rows = {row[0] for row in service.db.execute("SELECT content FROM memory_entries")}
-    assert {"queued for the rows", "answered after the hand"} <= in_rows
+    assert {"queued for the rows", "answered after the hand"}.issubset(in_rows)
