@@ -135,6 +135,10 @@ class Saving:
         self._appended = 0
         self._appended_lock = threading.Lock()
         self._mirrored = 0
+        # The entries of appends written (so answered) and not yet queued for a mirror:
+        # a mirror meanwhile (of the saves queued before) keeps their records in the
+        # answered log, their rows not in yet. Added by the writer threads.
+        self._not_queued: set[str] = set()
 
     def save_one(self, ref: AgentRef, request: SaveRequest) -> SaveResult:
         outcome = self.save_batch(ref, [request]).outcome(0)
@@ -193,6 +197,7 @@ class Saving:
             return
         with self._appended_lock:
             self._appended += len(batch.written.entries)
+            self._not_queued.update(entry.entry_id for entry in batch.written.entries)
         for (index, _), entry in zip(batch.prepared, batch.written.entries, strict=True):
             batch.outcomes[index] = SaveResult(batch.ref, entry)
 
@@ -244,12 +249,14 @@ class Saving:
             # than the memory thread's own mirror would for another program's lock (a save
             # is answered already; the rows may wait, never the next answer).
             with brief_wait(self.shared.db, FLUSH_WAIT_MS):
-                self.mirror_saves(answered_since=append)
+                self.mirror_saves()
             pending = self._unmirrored.get(agent)  # still there: the database was locked
         if pending is None:
             self._unmirrored[agent] = _Unmirrored([append], source, time.monotonic())
         else:
             pending.appends.append(append)
+        with self._appended_lock:
+            self._not_queued.difference_update(entry.entry_id for entry in append.entries)
 
     def written_by_others(self, agent: str) -> bool:
         """Has someone else (an editor, git) written this agent's MEMORY.md since this
@@ -298,17 +305,15 @@ class Saving:
             if since is not None:
                 self._records_since = min(since, self._records_since or since)
 
-    def mirror_saves(
-        self, *, indexes_follow: bool = False, answered_since: Append | None = None
-    ) -> list[str]:
-        """Every save written but not yet in the rows goes in, in one transaction (with
+    def mirror_saves(self, *, indexes_follow: bool = False) -> list[str]:
+        """Every save queued and not yet in the rows goes in, in one transaction (with
         ``indexes_follow``, the indexes that follow saves then take a batch, in a short
         transaction of their own). Returns the agents whose rows still lag their file
         (someone else wrote too): reconcile them soon. The tool calls' records go in with
-        them. ``answered_since``: an append written and answered after those queued, not
-        in this mirror: its record stays in the answered log until its own mirror. A
-        failure here loses nothing (the files have every save): the saves and records
-        stay queued, and the first failure of a spell is logged."""
+        them. The answered log keeps the records of saves written and not queued yet
+        (answered, not in this mirror) until their own mirror. A failure here loses
+        nothing (the files have every save): the saves and records stay queued, and the
+        first failure of a spell is logged."""
         if not self._unmirrored and self._records_since is None:
             return []
         pending, self._unmirrored = self._unmirrored, {}
@@ -333,8 +338,10 @@ class Saving:
             self._mirror_failed(error)
             self._sync_files(pending, rows_have_them=False)
             return []
-        since = {e.entry_id for e in answered_since.entries} if answered_since else set()
-        self._sync_files(pending, rows_have_them=self._rows_durable(db), keep=since)
+        durable = self._rows_durable(db)
+        with self._appended_lock:
+            not_queued = set(self._not_queued)
+        self._sync_files(pending, rows_have_them=durable, keep=not_queued)
         self._mirrored += sum(len(a.entries) for saves in pending.values() for a in saves.appends)
         self.mirrors += 1
         self._failing = False

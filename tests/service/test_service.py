@@ -14,8 +14,9 @@ from oryxmem.errors import (
     SessionNotFoundError,
 )
 from oryxmem.service import MemoryService, SaveRequest, footprint_line
+from oryxmem.service.saving import SaveBatch
 from oryxmem.tools import ToolCall
-from oryxmem.workspace import Workspace
+from oryxmem.workspace import AgentRef, Workspace
 
 
 def test_context_of_an_agent_with_no_file_has_both_headings(service: MemoryService) -> None:
@@ -411,3 +412,44 @@ def test_a_save_answered_after_someone_else_wrote_keeps_its_record_until_its_own
     assert store.answered.records() == []
     in_rows = {row[0] for row in service.db.execute("SELECT content FROM memory_entries")}
     assert {"queued for the rows", "answered after the hand"}.issubset(in_rows)
+
+
+def test_a_mirror_between_two_agents_writes_keeps_the_record_of_the_one_not_queued_yet(
+    service: MemoryService,
+) -> None:
+    """The memory thread writes a round of several agents' saves (each answered once
+    written), then queues them one by one. When the first does not continue its agent's
+    appends waiting (someone wrote the file between), the waiting saves are mirrored
+    first: the log of the second agent keeps the record of its save just answered, whose
+    rows are not in yet (its earlier save's record goes: those rows are in)."""
+    saving = service.saving
+    a, b = service.resolve("a"), service.resolve("b")
+
+    def batch(ref: AgentRef, content: str) -> SaveBatch:
+        return saving.prepare_batch(ref, [SaveRequest(content, "archival", "api")])
+
+    first_a, first_b = batch(a, "a waits for the rows"), batch(b, "b waits for the rows")
+    for prepared in (first_a, first_b):
+        saving.write_batch(prepared)
+        saving.finish_batch(prepared)
+    path = service.workspace.memory_path("a")
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write("- [2026-07-22 09:30:00] typed by hand\n")  # `>>`, no lock
+    written = path.stat().st_mtime - 60  # a while ago: not an editor at work now
+    os.utime(path, (written, written))
+    round_a, round_b = batch(a, "a after the hand"), batch(b, "b in the same round")
+    saving.write_batch(round_a)
+    saving.write_batch(round_b)  # both answered now
+    saving.finish_batch(round_a)  # not a continuation: the waiting saves mirrored first
+
+    def noted(agent: str) -> list[str]:
+        records = service.files.get(agent).answered.records()
+        return [e["content"] for r in records for e in r["entries"]]
+
+    assert noted("a") == ["a after the hand"]
+    assert noted("b") == ["b in the same round"]
+    saving.finish_batch(round_b)
+    saving.mirror_saves()
+    assert noted("a") == noted("b") == []
+    in_rows = {row[0] for row in service.db.execute("SELECT content FROM memory_entries")}
+    assert {"a after the hand", "b in the same round", "b waits for the rows"} <= in_rows
