@@ -118,3 +118,24 @@ def test_a_search_runs_faiss_and_numpys_blas_on_one_thread() -> None:
     seen.append(pools_after_asking())
     assert len(seen) == 3
     assert all({threads for _, threads in pools} == {1} for pools in seen), seen
+
+
+def test_a_large_agent_scanned_in_ranges_side_by_side_finds_what_one_scan_finds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import oryxmem.index.packed as packed_module
+
+    vectors = unit_rows(3000)
+    packed = PackedVectors()
+    packed.take(list(range(3000)), vectors)
+    packed.forget(list(range(0, 3000, 7)))  # masked rows in every range
+    queries = [vectors[n] + 0.5 * unit_rows(1, seed=n)[0] for n in (5, 1499, 2998)]
+    whole = [packed.best(query, 40, leave_out=[1500]) for query in queries]
+    monkeypatch.setattr(packed_module, "SPLIT_ABOVE", 100)
+    for parts in (2, 3):
+        monkeypatch.setattr(packed_module, "SCAN_PARTS", parts)
+        for query, (row_ids, scores) in zip(queries, whole, strict=True):
+            split_ids, split_scores = packed.best(query, 40, leave_out=[1500])
+            assert split_ids.tolist() == row_ids.tolist()
+            assert np.allclose(split_scores, scores)
+            assert 1500 not in split_ids and not (split_ids % 7 == 0).any()
