@@ -25,7 +25,7 @@ alone, far below the keyword arm's context), the multilingual e5-small model
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -34,7 +34,7 @@ import numpy.typing as npt
 
 from oryxmem.helper import own_helper
 from oryxmem.index import RankedWords
-from oryxmem.index.vectors import Normalised, Scores, normalised_top
+from oryxmem.index.vectors import Normalised, Scorer, normalised_top
 from oryxmem.store.db import Executes, select_in
 
 
@@ -49,7 +49,7 @@ class WordsArm(Protocol):
 class MeaningArm(Protocol):
     """An index that scores rows by meaning (registry: arm "meaning"; vectors.py's)."""
 
-    def scorer(self, db: Executes, agent: str) -> Callable[[str, int], Scores]:
+    def scorer(self, db: Executes, agent: str) -> Scorer:
         """What scoring asks of the database, read now; the rest as a function of the
         query and the limit that asks it nothing: the limit best rows' similarity to the
         query, the least of all, and how many rows it could not score."""
@@ -109,12 +109,16 @@ def rank(
     every mode is the keyword arm."""
     if vectors is None:
         mode = "keyword"
+    scorer = None
+    if vectors is not None and mode in ("hybrid", "semantic"):
+        scorer = vectors.scorer(db, agent)
     # Hybrid: the query's embedding and the scan (no database, the GIL let go) run on the
     # caller's helper thread while the keyword arm asks SQLite: on two cores a search at
-    # 100,000 entries waits for the longer of the two, not for both.
+    # 100,000 entries waits for the longer of the two, not for both. A quick one (a
+    # remembered query, a small agent) is done here after it, with no thread hop.
     meaning = None
-    if vectors is not None and mode == "hybrid":
-        meaning = own_helper().submit(vectors.scorer(db, agent), query, POOL)
+    if scorer is not None and mode == "hybrid" and not scorer.quick(query):
+        meaning = own_helper().submit(scorer, query, POOL)
     words = RankedWords.none()
     exact: set[int] = set()
     if mode in ("hybrid", "keyword"):
@@ -122,8 +126,8 @@ def rank(
         exact = _holding_whole(db, query, words.row_ids.tolist())  # (the meaning arm runs)
     semantic = _NO_MEANING
     unembedded = 0
-    if vectors is not None and mode in ("hybrid", "semantic"):
-        found = meaning.result() if meaning is not None else vectors.scorer(db, agent)(query, POOL)
+    if scorer is not None:
+        found = meaning.result() if meaning is not None else scorer(query, POOL)
         semantic = normalised_top(found.row_ids, found.similarity, POOL, found.lowest)
         unembedded = found.unembedded
     candidates = _Candidates.of(words, semantic)

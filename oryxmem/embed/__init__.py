@@ -48,6 +48,11 @@ class Embedder(ABC):
         embedder may spread it over a core nothing else is using."""
         return self.embed(texts, "passage")
 
+    def knows(self, query: str) -> bool:
+        """Is this query's embedding remembered (query_vector answers at once)?"""
+        with self._queries_lock:
+            return query in self._queries
+
     def query_vector(self, query: str) -> npt.NDArray[np.float32]:
         """embed([query], "query")[0], remembered for the last QUERY_CACHE queries: a prompt
         built for a message searches the memories and the episodes with the same one."""

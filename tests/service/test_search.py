@@ -9,6 +9,7 @@ import sqlite3
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -842,3 +843,35 @@ def test_a_search_reads_the_arms_and_the_entries_in_one_transaction(
     assert on_rows == []
     assert on_index[0] == "BEGIN" and on_index[-1] == "ROLLBACK"
     assert "BEGIN" not in on_index[1:-1]
+
+
+def test_a_quick_search_by_meaning_runs_on_the_searching_thread_and_ranks_the_same(
+    service: MemoryService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The meaning arm goes to the searcher's helper thread while it has the query to
+    embed or a long scan; a remembered query over a small agent is scored where the
+    search runs (no thread hop). Either way the ranking is the same."""
+    import oryxmem.index.vectors as vectors_module
+    import oryxmem.search as search_module
+
+    hopped: list[str] = []
+    helper = search_module.own_helper
+
+    def counting_helper() -> object:
+        hopped.append(threading.current_thread().name)
+        return helper()
+
+    monkeypatch.setattr(search_module, "own_helper", counting_helper)
+    queries = ("what beverage does she enjoy", "the CI", "dark mode at night")
+    first = [contents(service.search("coder", q, limit=5).hits) for q in queries]
+    assert len(hopped) == len(queries)  # each query embedded once, on the helper
+    again = [contents(service.search("coder", q, limit=5).hits) for q in queries]
+    assert len(hopped) == len(queries) and again == first  # remembered: here
+    monkeypatch.setattr(vectors_module, "QUICK_ROWS", 0)  # every scan "long"
+    assert [contents(service.search("coder", q, limit=5).hits) for q in queries] == first
+    assert len(hopped) == 2 * len(queries)
+    monkeypatch.setattr(vectors_module, "QUICK_ROWS", 4096)
+    quick = vectors_module.Scorer(lambda query, limit: vectors_module._no_scores(0), rows=10)
+    assert quick.quick(queries[0])
+    assert not replace(quick, embeds=True).quick(queries[0])  # rows saved since the indexer
+    assert not replace(quick, rows=4097).quick(queries[0])
