@@ -317,3 +317,44 @@ def test_a_wiped_mem0_store_is_filled_again_and_nothing_leaves_memory_md(
     assert workspace.memory_path("a").read_text() == before
     link.close()
     service.close()
+
+
+def test_the_daemons_mem0_pass_waits_for_a_stream_of_saves_to_end(
+    workspace: Workspace, service: MemoryService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """mem0's adds (an embedding and a vector store write each) beside one client saving
+    back to back slowed every save: the daemon's pass waits until no save has come for
+    STREAM_GAP_SECONDS (at most YIELD_SECONDS), then runs."""
+    import oryxmem.daemon.background as background
+    from oryxmem.daemon.mem0sync import Mem0Sync
+
+    now = [1000.0]
+    monkeypatch.setattr(background.time, "monotonic", lambda: now[0])
+
+    class Worker:
+        last_save_at: float | None = None
+
+    worker = Worker()
+    sync = Mem0Sync(service, worker)  # type: ignore[arg-type]
+    passes: list[int] = []
+    monkeypatch.setattr(sync, "run_pass", lambda: passes.append(1) or [])
+    gap = background.STREAM_GAP_SECONDS
+    worker.last_save_at = now[0]  # a save just now
+    assert not sync.step() and passes == []
+    assert sync.look_again_in == pytest.approx(gap)
+    now[0] += gap / 2
+    worker.last_save_at = now[0]  # another
+    sync.look_again_in = None
+    assert not sync.step() and passes == []
+    now[0] += gap
+    sync.look_again_in = None
+    assert not sync.step() and passes == [1] and sync.look_again_in is None
+    began = now[0]
+    while now[0] - began < background.YIELD_SECONDS:  # a stream that goes on
+        worker.last_save_at = now[0]
+        sync.step()
+        now[0] += gap / 2
+    assert passes == [1]
+    worker.last_save_at = now[0]
+    sync.step()
+    assert passes == [1, 1]  # not put off for ever
