@@ -11,49 +11,12 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
-from collections.abc import Callable
 
 from oryxmem.errors import log_failure
 from oryxmem.service import MemoryService
 from oryxmem.store.db import is_locked
 
 log = logging.getLogger("oryxmem.daemon")
-# Saves closer together than this are a stream, which derived work that costs a core
-# waits out, at most YIELD_SECONDS (a stream that goes on has it done beside it).
-STREAM_GAP_SECONDS = 0.25
-YIELD_SECONDS = 30.0
-
-
-class SaveStream:
-    """When derived work put off for a stream of saves is due: working beside one
-    client saving back to back (a core's worth of embedding, mem0's adds) made its
-    saves' p50 longer and their p99 several times (docs/performance.md)."""
-
-    def __init__(self, last_save: Callable[[], float | None]) -> None:
-        self.last_save = last_save  # when the memory thread last wrote saves (monotonic)
-        self.since: float | None = None  # when the work was first put off
-
-    def wait(self, gather: float = 0.0) -> float:
-        """Seconds the work waits yet (0: do it now): while saves stream in, and
-        ``gather`` seconds from when it was first put off (a trickle waiting for more),
-        never more than YIELD_SECONDS in all."""
-        now = time.monotonic()
-        last_save = self.last_save()
-        stream_ends = now if last_save is None else last_save + STREAM_GAP_SECONDS
-        streaming = stream_ends > now
-        if not (streaming or gather):
-            self.since = None
-            return 0.0
-        since = self.since = now if self.since is None else self.since
-        due = min(since + YIELD_SECONDS, max(since + gather, stream_ends))
-        if due > now:
-            return due - now
-        if not streaming:
-            self.since = None
-        # else kept: a stream that outlasted YIELD_SECONDS has the work done as it comes,
-        # until it ends
-        return 0.0
 
 
 class Background:

@@ -30,9 +30,10 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable
 
-from oryxmem.daemon.background import Background, SaveStream
+from oryxmem.daemon.background import Background
 from oryxmem.service import MemoryService
 
 log = logging.getLogger("oryxmem.daemon")
@@ -40,6 +41,10 @@ RESCAN_SECONDS = 5.0
 NICENESS = 10
 RETRY_SECONDS = 2.0  # after a failed step (the database busy, the disk full)
 GATHER_SECONDS = 1.0  # the longest a trickle of rows waits for more before it is embedded
+# Saves closer together than this are a stream, which the vectors wait out (at most
+# YIELD_SECONDS: a stream that goes on has its rows embedded beside it, as they come).
+STREAM_GAP_SECONDS = 0.25
+YIELD_SECONDS = 30.0
 
 
 class Indexer(Background):
@@ -56,7 +61,8 @@ class Indexer(Background):
         )
         self.upkeep = service.upkeep  # the one room it uses
         self.taken = 0
-        self.stream = SaveStream(last_save)
+        self.last_save = last_save  # when the memory thread last wrote saves (monotonic)
+        self._waiting_since: float | None = None  # when rows to embed were first put off
 
     def on_start(self) -> None:
         try:
@@ -78,10 +84,22 @@ class Indexer(Background):
         any of them for a stream of saves to end (up to YIELD_SECONDS)? Then the thread
         looks again once they may be due."""
         lacking = self.upkeep.rows_to_embed()
-        if lacking == "none":
-            self.stream.since = None
+        now = time.monotonic()
+        last_save = self.last_save()
+        stream_ends = now if last_save is None else last_save + STREAM_GAP_SECONDS
+        streaming = stream_ends > now
+        if lacking == "none" or not (streaming or lacking == "trickle"):
+            self._waiting_since = None
             return False
-        wait = self.stream.wait(GATHER_SECONDS if lacking == "trickle" else 0.0)
-        if wait:
-            self.look_again_in = wait
-        return wait > 0
+        since = now if self._waiting_since is None else self._waiting_since
+        self._waiting_since = since
+        gathered = since + GATHER_SECONDS if lacking == "trickle" else now
+        due = min(since + YIELD_SECONDS, max(gathered, stream_ends))
+        if due <= now:
+            if not streaming:
+                self._waiting_since = None
+            # else kept: a stream that outlasted YIELD_SECONDS has its rows embedded as
+            # they come, until it ends
+            return False
+        self.look_again_in = due - now
+        return True

@@ -6,10 +6,6 @@ what they lost leaves it, and what another mem0 client added or deleted for one 
 the agents reaches MEMORY.md. A memory brought in is saved through the memory thread
 (the one write path) and is in the rows before the pass goes on. A pass that fails (the
 mem0 server down) is logged and tried again at the next; it never holds up a save.
-While saves stream in, the pass waits for the stream to end (background.SaveStream, at
-most YIELD_SECONDS): mem0's adds (an embedding and a vector store write each) beside
-one client saving back to back slowed every save. A read through the mem0 backend
-runs its own pass first, so it never reads mem0 behind the rows.
 """
 
 from __future__ import annotations
@@ -18,7 +14,7 @@ import logging
 
 from oryxmem.backends.mem0_link import link_for
 from oryxmem.backends.mem0_mirror import Mem0Mirror, MirrorReport
-from oryxmem.daemon.background import Background, SaveStream
+from oryxmem.daemon.background import Background
 from oryxmem.daemon.worker import MemoryWorker
 from oryxmem.service import MemoryService, SaveRequest
 from oryxmem.store.format import Entry
@@ -33,14 +29,9 @@ class Mem0Sync(Background):
         poll = float(service.config.get("mem0.poll_seconds"))
         super().__init__(service, name="oryxmem-mem0", idle_seconds=poll, retry_seconds=poll)
         self.worker = worker
-        self.stream = SaveStream(lambda: worker.last_save_at)
 
     def step(self) -> bool:
-        wait = self.stream.wait()
-        if wait:
-            self.look_again_in = wait
-        else:
-            self.run_pass()
+        self.run_pass()
         return False  # the next pass when woken (saves reached the rows) or after the poll
 
     def _save(self, agent: str, content: str, scope: str) -> Entry:

@@ -8,7 +8,6 @@ from collections.abc import Iterator
 
 import pytest
 
-import oryxmem.daemon.background as background
 import oryxmem.daemon.indexer as indexer_module
 from oryxmem.config import Config
 from oryxmem.daemon.indexer import Indexer
@@ -128,7 +127,7 @@ def test_a_trickle_of_rows_waits_for_more_and_is_embedded_in_one_step(
     """Each write holds the database's write lock: the rows of a few saves wait (up to
     GATHER_SECONDS) for more, then go in with one step."""
     now = [1000.0]
-    monkeypatch.setattr(background.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(indexer_module.time, "monotonic", lambda: now[0])
     service = in_daemon
     indexer = Indexer(service)
     steps: list[int] = []
@@ -160,14 +159,14 @@ def test_the_vectors_wait_while_saves_stream_in_and_not_for_ever(
     YIELD_SECONDS; a stream that outlasts that has its rows embedded as they come."""
     now = [1000.0]
     last_save: list[float | None] = [None]
-    monkeypatch.setattr(background.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(indexer_module.time, "monotonic", lambda: now[0])
     service = in_daemon
     indexer = Indexer(service, last_save=lambda: last_save[0])
     steps: list[int] = []
     real_step = service.upkeep.embed_step
     monkeypatch.setattr(service.upkeep, "embed_step", lambda: steps.append(1) or real_step())
     batch = service.upkeep.indexes["vectors"].batch
-    gap = background.STREAM_GAP_SECONDS
+    gap = indexer_module.STREAM_GAP_SECONDS
 
     # A stream that ends: the batch waits for its end, then goes in at once.
     arrive(service, "a", [f"note {n} about tea" for n in range(batch)])
@@ -185,7 +184,7 @@ def test_the_vectors_wait_while_saves_stream_in_and_not_for_ever(
     # A stream that goes on: put off for YIELD_SECONDS, then every step embeds.
     arrive(service, "a", [f"note {n} about coffee" for n in range(2 * batch)])
     began = now[0]
-    while now[0] - began < background.YIELD_SECONDS:
+    while now[0] - began < indexer_module.YIELD_SECONDS:
         last_save[0] = now[0]
         assert not indexer.step()
         assert steps == [1]
@@ -216,9 +215,9 @@ def test_the_memory_thread_tells_the_indexer_when_it_last_wrote_saves(
         indexer = Indexer(in_daemon, last_save=lambda: worker.last_save_at)
         batch = in_daemon.upkeep.indexes["vectors"].batch
         arrive(in_daemon, "b", [f"note {n} about coffee" for n in range(batch)])
-        monkeypatch.setattr(background.time, "monotonic", lambda: saved_at)
+        monkeypatch.setattr(indexer_module.time, "monotonic", lambda: saved_at)
         assert not indexer.step()
-        assert indexer.look_again_in == pytest.approx(background.STREAM_GAP_SECONDS)
+        assert indexer.look_again_in == pytest.approx(indexer_module.STREAM_GAP_SECONDS)
         assert backlog_of(in_daemon)["vectors"] >= batch
     finally:
         worker.stop()
