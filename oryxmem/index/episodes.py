@@ -64,6 +64,14 @@ SEMANTIC_WEIGHT = 0.3
 NEIGHBOUR_SHARE = 0.15  # of the best score of the round before or after
 NAMED_DAY_BOOST = 0.3  # for a round said on a day the question names
 CONTEXT_WEIGHT = 0.5  # the round before a round, as its context column (BM25F)
+# A query word held by more rounds than this is left out when rarer words remain, and
+# when every word is that common the rarest alone is matched (bm25.py's COMMON_ENTRIES,
+# for the same reason: FTS5 scores every round a word matches, and such a word weighs
+# next to nothing). 1,000 sessions of 10 rounds and a question of common words took
+# the prompt 26 ms, 14 of them this search. A conversation of the dev set has a few
+# hundred rounds, far under it.
+COMMON_ROUNDS = 2000
+RAREST_CAP = 16 * COMMON_ROUNDS  # rounds counted to find the rarest of common words
 SESSIONS_PER_STEP = 50  # sessions one step of catching up takes in
 TABLES = ("episode_terms", "episode_vectors", "episodes", "episode_state", "episode_meta")
 
@@ -372,7 +380,7 @@ class EpisodeIndex:
         """The agent's rounds best for a query (none of ``exclude_session``), best first."""
         other = exclude_session or ""
         keyword: dict[int, float] = {}
-        words = query_terms(query)
+        words = _selective(db, query_terms(query))
         match = match_any(words)
         if match is not None:
             hits = db.execute(
@@ -506,3 +514,24 @@ _Vectors = tuple[
 ]
 _CACHE: dict[tuple[str, str, str], tuple[tuple[Any, ...], _Vectors | None]] = {}
 _CACHE_LOCK = threading.Lock()
+
+
+def _held(db: Executes, word: str, cap: int) -> int:
+    """How many rounds hold the word (in their text or their context), up to cap."""
+    found = db.execute(
+        "SELECT count(*) FROM (SELECT 1 FROM episode_terms WHERE episode_terms MATCH ? LIMIT ?)",
+        [match_any([word]), cap],
+    ).fetchone()
+    return int(found[0])
+
+
+def _selective(db: Executes, words: list[str]) -> list[str]:
+    """The query words worth matching: those held by no more than COMMON_ROUNDS rounds,
+    or the rarest when every word some round holds is more common than that."""
+    held = {word: _held(db, word, COMMON_ROUNDS + 1) for word in words}
+    present = [word for word in words if held[word]]
+    rare = [word for word in present if held[word] <= COMMON_ROUNDS]
+    if rare or not present:
+        return rare or words
+    counted = {word: _held(db, word, RAREST_CAP) for word in present}
+    return [min(present, key=lambda word: counted[word])]

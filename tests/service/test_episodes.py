@@ -401,3 +401,35 @@ def test_episodes_over_the_socket_and_the_cli(workspace: Workspace, tmp_path: Pa
     assert again.returncode == 0 and "nothing new" in again.stdout
     alone = run_cli("episodes", "search", "--agent", "a", "logo")
     assert alone.returncode == 0 and "teal" in alone.stdout
+
+
+def test_a_word_more_rounds_hold_than_common_rounds_is_left_out_while_rarer_remain(
+    service: MemoryService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """FTS5 scores every round a query word matches: one held by more than COMMON_ROUNDS
+    rounds (next to no weight) is left out while a rarer word remains, and when every
+    word is that common the rarest alone is matched."""
+    import oryxmem.index.episodes as episodes_module
+
+    talk(
+        service,
+        "a",
+        *[(f"the project note {n}", "ok") for n in range(6)],
+        ("the project deploy is on friday", "ok"),
+        ("the project budget", "small"),
+    )
+    while service.episodes_step():
+        pass
+    words = EpisodeIndex(None, None)
+
+    def by_words(query: str) -> set[int]:
+        hits = words.search(service.index_db, "a", query, 20)
+        return {hit.round for hit in hits if "keyword" in hit.arms}
+
+    # (a round's context column holds the round before it)
+    assert by_words("project deploy") == set(range(8))
+    monkeypatch.setattr(episodes_module, "COMMON_ROUNDS", 3)  # "project": in all 8
+    assert by_words("project deploy") == {6, 7}
+    assert by_words("project budget") == {7}
+    # every word common: the rarest ("note": 7 rounds) alone, not "project" (8)
+    assert by_words("project note") == set(range(7))
