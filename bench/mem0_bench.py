@@ -6,9 +6,9 @@ Each workspace runs its daemon, a real process on a real socket:
 - save p50 / p99 through the socket (one client, --mem0-saves saves) with the markdown
   backend and with the mem0 backend (embedded: a mem0.Memory with its Qdrant on disk),
   in the same run; the goal is the ratio. A save is answered once it is durable in
-  MEMORY.md, and mem0 follows as the rows do, once a stream of saves pauses. The mem0
-  saves are timed once the daemon's mem0 thread has made its first pass (it loads
-  mem0 and opens its store: seconds of a core, once, after the daemon starts);
+  MEMORY.md, and mem0 follows as the rows do. The mem0 saves are timed once the
+  daemon's mem0 thread has made its first pass (it loads mem0 and opens its store:
+  seconds of a core, once, after the daemon starts);
 - a save and then a read of the agent's memory through the mem0 backend (it brings
   mem0 up to the rows first), p50;
 - how long a memory another mem0 client adds takes to be in MEMORY.md (p50 / p99),

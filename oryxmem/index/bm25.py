@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from oryxmem.config import Config
 from oryxmem.index import DerivedIndex, Hit, IndexRow, RankedWords
-from oryxmem.index.terms import index_text, match_any, query_terms
+from oryxmem.index.terms import index_text, match_any, query_terms, worth_matching
 from oryxmem.store.db import Executes, insert_values, select_in
 from oryxmem.store.format import ARCHIVAL
 
@@ -153,18 +153,12 @@ class BM25Index(DerivedIndex):
             ).fetchone()
         )
         most = int(min(COMMON_SHARE * int(at[0]), COMMON_ENTRIES))
-        # Entries holding each word, counted up to one past `most`: FTS5's vocabulary table
-        # counts them all, reading a common word's whole list (a million entries: 32 ms).
-        held = {word: self._held(db, at, word, most + 1) for word in words}
-        present = [w for w in words if held[w] > 0]  # the others match nothing
-        if not present:
-            return words, False
-        rare = [w for w in present if held[w] <= most]
-        if rare:
-            return rare, False
-        counted = {word: self._held(db, at, word, RAREST_CAP) for word in present}
-        rarest = min(present, key=lambda w: counted[w])  # of words past the cap: the first
-        return [rarest], counted[rarest] > COMMON_ENTRIES
+        # Entries holding each word, counted up to a cap: FTS5's vocabulary table counts
+        # them all, reading a common word's whole list (a million entries: 32 ms).
+        chosen, rarest = worth_matching(
+            words, lambda word, cap: self._held(db, at, word, cap), most, RAREST_CAP
+        )
+        return chosen, rarest is not None and rarest > COMMON_ENTRIES
 
     def _held(self, db: Executes, at: tuple[Any, ...], word: str, cap: int) -> int:
         """How many entries hold the word, counted up to cap, with the index at state

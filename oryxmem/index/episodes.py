@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from oryxmem.index.days import days_named
-from oryxmem.index.terms import index_text, match_any, query_terms
+from oryxmem.index.terms import index_text, match_any, query_terms, worth_matching
 from oryxmem.index.vectors import normalised_top
 from oryxmem.store.db import (
     Executes,
@@ -380,7 +380,9 @@ class EpisodeIndex:
         """The agent's rounds best for a query (none of ``exclude_session``), best first."""
         other = exclude_session or ""
         keyword: dict[int, float] = {}
-        words = _selective(db, query_terms(query))
+        words, _ = worth_matching(
+            query_terms(query), lambda word, cap: _held(db, word, cap), COMMON_ROUNDS, RAREST_CAP
+        )
         match = match_any(words)
         if match is not None:
             hits = db.execute(
@@ -523,15 +525,3 @@ def _held(db: Executes, word: str, cap: int) -> int:
         [match_any([word]), cap],
     ).fetchone()
     return int(found[0])
-
-
-def _selective(db: Executes, words: list[str]) -> list[str]:
-    """The query words worth matching: those held by no more than COMMON_ROUNDS rounds,
-    or the rarest when every word some round holds is more common than that."""
-    held = {word: _held(db, word, COMMON_ROUNDS + 1) for word in words}
-    present = [word for word in words if held[word]]
-    rare = [word for word in present if held[word] <= COMMON_ROUNDS]
-    if rare or not present:
-        return rare or words
-    counted = {word: _held(db, word, RAREST_CAP) for word in present}
-    return [min(present, key=lambda word: counted[word])]

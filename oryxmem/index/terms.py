@@ -15,6 +15,7 @@ the two-character word 深色 is found inside 偏好深色模式.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from functools import lru_cache
 
 import Stemmer
@@ -77,3 +78,23 @@ def match_any(query_terms: list[str]) -> str | None:
     if not query_terms:
         return None
     return " OR ".join('"' + term.replace('"', '""') + '"' for term in query_terms)
+
+
+def worth_matching(
+    words: list[str], held: Callable[[str, int], int], most: int, rarest_cap: int
+) -> tuple[list[str], int | None]:
+    """The query words worth matching, given ``held(word, cap)``: how many rows hold the
+    word, counted up to cap. Of the words some row holds, those held by no more than
+    ``most``; when every one is more common, the rarest alone (counted up to
+    ``rarest_cap``), and how many hold it (else None). A word no row holds never crowds
+    out a common one; with none held, the words as they are."""
+    counts = {word: held(word, most + 1) for word in words}
+    present = [word for word in words if counts[word] > 0]
+    if not present:
+        return words, None
+    rare = [word for word in present if counts[word] <= most]
+    if rare:
+        return rare, None
+    counted = {word: held(word, rarest_cap) for word in present}
+    rarest = min(present, key=lambda word: counted[word])  # of words past the cap: the first
+    return [rarest], counted[rarest]
