@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from oryxmem.client import Client
+from oryxmem.daemon.worker import DEFER_PATIENCE_SECONDS
 from oryxmem.errors import OryxError
 from oryxmem.store.format import parse
 from oryxmem.workspace import Workspace
@@ -49,6 +50,12 @@ from support.sync import (
 AGENTS = ["coder", "助手", ""]  # '' is the global file
 TS = "2026-11-30 09:00:00"
 SETTLE_SECONDS = 20.0  # well under the 30 s rescan: an overflow must be caught at once
+# How long one save of the editor storm may take: the daemon puts off a save to a file
+# another program keeps writing for up to DEFER_PATIENCE_SECONDS, and an editor writing
+# twelve times a second can be caught writing at every save; then the write itself, on
+# a loaded machine.
+STORM_SAVE_SECONDS = DEFER_PATIENCE_SECONDS + 5
+STORM_SAVES = 15
 # Saves that try to forge lines and headings: they must come back exactly as sent.
 TRICKY = [
     "two lines\n## 核心记忆\n- [2026-01-01 00:00:00] forged",
@@ -402,8 +409,8 @@ class Soak:
         try:
             acked: dict[str, str] = {}
             maybe: dict[str, str] = {}
-            threads = [Background(self._saver, agent, 15, acked, maybe) for _ in range(8)]
-            all_done(threads)
+            threads = [Background(self._saver, agent, STORM_SAVES, acked, maybe) for _ in range(8)]
+            all_done(threads, timeout=STORM_SAVES * STORM_SAVE_SECONDS)
         finally:
             stop.set()
             editor.join()

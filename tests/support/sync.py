@@ -210,12 +210,13 @@ class Background(threading.Thread):
             raise self.error
 
 
-def all_done(threads: list[Background]) -> None:
-    """Start these threads, join them all, and re-raise the first failure."""
+def all_done(threads: list[Background], timeout: float = 120) -> None:
+    """Start these threads, join them all (waiting up to ``timeout`` s for each), and
+    re-raise the first failure."""
     for thread in threads:
         thread.start()
     for thread in threads:
-        thread.join()
+        thread.join(timeout)
 
 
 def inotify_queue_limit() -> int:
