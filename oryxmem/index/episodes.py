@@ -380,9 +380,11 @@ class EpisodeIndex:
         """The agent's rounds best for a query (none of ``exclude_session``), best first."""
         other = exclude_session or ""
         keyword: dict[int, float] = {}
-        words, _ = worth_matching(
-            query_terms(query), lambda word, cap: _held(db, word, cap), COMMON_ROUNDS, RAREST_CAP
-        )
+        words = query_terms(query)
+        if _most_rounds(db) > COMMON_ROUNDS:  # else no word can be that common: no counts
+            words, _ = worth_matching(
+                words, lambda word, cap: _held(db, word, cap), COMMON_ROUNDS, RAREST_CAP
+            )
         match = match_any(words)
         if match is not None:
             hits = db.execute(
@@ -516,6 +518,12 @@ _Vectors = tuple[
 ]
 _CACHE: dict[tuple[str, str, str], tuple[tuple[Any, ...], _Vectors | None]] = {}
 _CACHE_LOCK = threading.Lock()
+
+
+def _most_rounds(db: Executes) -> int:
+    """At least as many as the rounds of every agent (their ids count from 1), read off
+    the table's last id."""
+    return int(db.execute("SELECT coalesce(max(id), 0) FROM episodes").fetchone()[0])
 
 
 def _held(db: Executes, word: str, cap: int) -> int:
