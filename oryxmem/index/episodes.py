@@ -380,12 +380,7 @@ class EpisodeIndex:
         """The agent's rounds best for a query (none of ``exclude_session``), best first."""
         other = exclude_session or ""
         keyword: dict[int, float] = {}
-        words = query_terms(query)
-        if _most_rounds(db) > COMMON_ROUNDS:  # else no word can be that common: no counts
-            words, _ = worth_matching(
-                words, lambda word, cap: _held(db, word, cap), COMMON_ROUNDS, RAREST_CAP
-            )
-        match = match_any(words)
+        match = match_any(_words_to_match(db, query))
         if match is not None:
             hits = db.execute(
                 f"SELECT t.rowid, bm25(episode_terms, 1.0, {CONTEXT_WEIGHT}) AS rank"
@@ -518,6 +513,17 @@ _Vectors = tuple[
 ]
 _CACHE: dict[tuple[str, str, str], tuple[tuple[Any, ...], _Vectors | None]] = {}
 _CACHE_LOCK = threading.Lock()
+
+
+def _words_to_match(db: Executes, query: str) -> list[str]:
+    """The query's words, less those too common to be worth matching (counted only when
+    there are more rounds than COMMON_ROUNDS: else no word can be that common)."""
+    words = query_terms(query)
+    if _most_rounds(db) <= COMMON_ROUNDS:
+        return words
+    return worth_matching(words, lambda word, cap: _held(db, word, cap), COMMON_ROUNDS, RAREST_CAP)[
+        0
+    ]
 
 
 def _most_rounds(db: Executes) -> int:
