@@ -62,10 +62,10 @@ log = logging.getLogger("oryxmem")
 # How often a save reads the file again when another writer keeps changing it, and
 # how often a read starts over when the file changes while it is being read.
 SAVE_ATTEMPTS = 20
-# A file someone else wrote is written (appended to, or replaced) only once nothing has
-# written it for QUIET_SECONDS, waiting at most QUIET_PATIENCE: an editor that truncates
-# and writes again in pieces would write over an append, or into the inode a rename
-# orphans.
+# A file someone else wrote in place is written (appended to, or replaced) only once
+# nothing has written it for QUIET_SECONDS, waiting at most QUIET_PATIENCE: an editor that
+# truncates and writes again in pieces would write over an append, or into the inode a
+# rename orphans. One they replaced (a new inode) is written once nobody holds it open.
 QUIET_SECONDS = 0.3
 QUIET_PATIENCE = 1.0  # in all, for one spell of someone else's writing: then write anyway
 READ_ATTEMPTS = 20
@@ -249,14 +249,25 @@ class MarkdownMemoryStore(LongTermMemoryStore):
             return self._left_by_others(stat)
 
     def others_are_writing(self) -> bool:
-        """Is someone else at work on the file: it wrote it less than QUIET_SECONDS ago,
-        or holds it open to write in place? A write now would wait."""
+        """Is someone else at work on the file (see _quiet_wanted)? A write now would wait."""
         if not self.left_by_others():
             return False
         try:
-            return is_being_written(os.lstat(self.path), QUIET_SECONDS)
+            info = os.lstat(self.path)
         except FileNotFoundError:
             return False
+        return is_being_written(info, self._quiet_wanted(FileStat.of(info)))
+
+    def _quiet_wanted(self, key: FileStat) -> float:
+        """How long the file someone else left (``key``) must have been quiet before
+        oryxmem writes it. QUIET_SECONDS when it is the inode oryxmem left last, written in
+        place: an editor that truncates it and writes it again in pieces may be mid-way.
+        No time when it is another inode (an editor's save by rename, git's checkout): its
+        writer wrote it whole before it took the name, and is done with it unless it
+        still holds it open to write (which is_being_written asks either way). Unknown
+        (no oryxmem write noted yet): in place, the careful answer."""
+        last = self.lock.last_written()
+        return 0.0 if last is not None and key.inode != last.inode else QUIET_SECONDS
 
     def _left_by_others(self, key: FileStat | None) -> bool:
         """Is this file as someone else left it (an editor, git)? Not as this process's
@@ -352,8 +363,10 @@ class MarkdownMemoryStore(LongTermMemoryStore):
         if not (additions or removals or replacements):
             return added
         key = cached.key
-        if self._left_by_others(key):  # an editor, git: write once it is quiet
-            self._waiting_since, moved = wait_for_writer(self.path, key, self._waiting_since)
+        if self._left_by_others(key):  # an editor, git: write once it is done
+            self._waiting_since, moved = wait_for_writer(
+                self.path, key, self._waiting_since, self._quiet_wanted(key)
+            )
             if moved:
                 raise ConcurrentChange(self.path)  # read and plan again
         in_place = key and not (removals or replacements)
@@ -492,9 +505,12 @@ class MarkdownMemoryStore(LongTermMemoryStore):
             return remove_stale_temp_files(self.path.parent, self.path.name)
 
 
-def wait_for_writer(path: Path, key: FileStat | None, since: float | None) -> tuple[float, bool]:
-    """Wait for whoever wrote the file last (an editor, git) to be done: one that truncated
-    it and is writing it again in pieces is at work still, and a rename now would leave it
+def wait_for_writer(
+    path: Path, key: FileStat, since: float | None, quiet: float
+) -> tuple[float, bool]:
+    """Wait for whoever wrote the file last (an editor, git) to be done, which is once it
+    has been ``quiet`` s and nobody holds it open to write in place: one that truncated it
+    and is writing it again in pieces is at work still, and a rename now would leave it
     writing into the replaced inode, an append would be written over. Gives when this
     spell of waiting began (its patience is for all of the spell's retries) and whether
     the file moved meanwhile."""
@@ -502,7 +518,7 @@ def wait_for_writer(path: Path, key: FileStat | None, since: float | None) -> tu
     if since is None or now - since > 10 * QUIET_PATIENCE:
         since = now  # a new spell
     patience = since + QUIET_PATIENCE - now
-    moved = patience > 0 and wait_until_quiet(path, QUIET_SECONDS, patience) != key
+    moved = patience > 0 and wait_until_quiet(path, quiet, patience) != key
     return since, moved
 
 

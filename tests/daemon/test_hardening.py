@@ -868,6 +868,48 @@ def test_an_editor_pausing_mid_rewrite_with_the_file_open_is_never_written_over(
     healthy(running)
 
 
+def test_saves_to_a_file_an_editor_keeps_saving_by_rename_are_not_put_off_until_it_stops(
+    running: RunningDaemon, workspace: Workspace
+) -> None:
+    """An editor saving the file by rename several times a second (autosave) never leaves
+    it quiet for the quiet time, but writes each copy whole before it takes the name:
+    saves to it are answered while it goes on, each written onto the copy it left (once
+    it is done with it), not put off until it stops or the daemon's patience runs out."""
+    assert save_to(running, "busy", "before")[0] == 200
+    path = workspace.memory_path("busy")
+    saved = threading.Event()
+    gave_up = 2 * worker_module.DEFER_PATIENCE_SECONDS  # what two put-off saves would take
+
+    def editor() -> bool:
+        """Saves the file as it reads it now, every 50 ms, until the saves are answered
+        (True) or it gives up (False)."""
+        end = time.monotonic() + gave_up
+        tmp = path.with_name(".MEMORY.md.swp")
+        while not saved.wait(0.05):
+            if time.monotonic() > end:
+                return False
+            tmp.write_bytes(path.read_bytes())
+            os.replace(tmp, path)
+        return True
+
+    outcome: list[bool] = []
+    typing = threading.Thread(target=lambda: outcome.append(editor()))
+    typing.start()
+    try:
+        time.sleep(0.5)  # the file is fresh from here on
+        for n in range(20):
+            assert save_to(running, "busy", f"during {n}")[0] == 200
+    finally:
+        saved.set()
+        typing.join()
+    assert outcome == [True], "the saves were put off until the editor stopped"
+    deadline = time.monotonic() + 20
+    while not all(f"] during {n}\n" in path.read_text() for n in range(20)):
+        assert time.monotonic() < deadline, path.read_text()  # one a copy dropped: put back
+        time.sleep(0.1)
+    healthy(running)
+
+
 def test_a_save_answered_just_before_a_crash_survives_a_stale_buffer_written_meanwhile(
     workspace: Workspace, tmp_path: Path
 ) -> None:

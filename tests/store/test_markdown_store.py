@@ -165,6 +165,59 @@ def test_editor_rename_save_is_seen(tmp_path: Path) -> None:
     assert [e.content for e in store.entries()[1]] == ["one", "from vim", "two"]
 
 
+def test_a_file_an_editor_replaced_is_free_at_once_and_one_written_in_place_once_quiet(
+    tmp_path: Path,
+) -> None:
+    """Someone else's fresh write holds a save back only while it may be mid-way: a file
+    written in place (the inode oryxmem left, truncated) until it has been quiet; one
+    replaced by rename (written whole, then named) not at all, unless its writer still
+    holds it open to write in place."""
+    store = open_store(tmp_path)
+    store.append("one")
+    assert not store.others_are_writing()
+    tmp = store.path.with_name("MEMORY.md.swp")
+    tmp.write_text(store.path.read_text() + f"- [{TS}] from vim\n")
+    os.replace(tmp, store.path)  # vim's save: a new inode, fresh
+    assert not store.others_are_writing()
+    store.append("two")  # onto vim's inode: the one oryxmem left last now
+    store.path.write_text(store.path.read_text() + f"- [{TS}] from code\n")  # in place
+    assert store.others_are_writing()
+    quiet = time.time() - 1
+    os.utime(store.path, (quiet, quiet))
+    assert not store.others_are_writing()
+    tmp.write_text(store.path.read_text())
+    os.replace(tmp, store.path)
+    holder = subprocess.Popen(  # replaced, but its writer still has it open to write
+        [sys.executable, "-c", "import sys; f = open(sys.argv[1], 'r+'); sys.stdin.read()",
+         str(store.path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not store.others_are_writing():
+            assert time.monotonic() < deadline and holder.poll() is None
+            time.sleep(0.05)
+    finally:
+        holder.communicate(b"")
+    assert not store.others_are_writing()
+    store.append("three")
+    assert [e.content for e in store.entries()[1]] == ["one", "from vim", "two", "from code", "three"]
+
+
+def test_a_fresh_file_oryxmem_never_wrote_is_taken_as_written_in_place(tmp_path: Path) -> None:
+    """With no write of oryxmem's to tell a new inode by, a fresh file is one an editor may
+    still be writing: a save waits for it to be quiet."""
+    path = tmp_path / "agent" / "MEMORY.md"
+    path.parent.mkdir(parents=True)
+    path.write_text(f"## 核心记忆\n\n## 归档记忆\n- [{TS}] typed\n")
+    store = open_store(tmp_path)
+    assert store.others_are_writing()
+    quiet = time.time() - 1
+    os.utime(path, (quiet, quiet))
+    assert not store.others_are_writing()
+
+
 def test_conflicted_file_is_neither_read_nor_written(tmp_path: Path) -> None:
     store = open_store(tmp_path)
     store.path.parent.mkdir(parents=True)
