@@ -10,6 +10,7 @@ import stat
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -17,7 +18,7 @@ import pytest
 from support.processes import SAMPLES
 
 from oryxmem.errors import MemoryFileConflictedError, MemoryFileUnreadableError, OryxError
-from oryxmem.fileio import AppendIntent, ConcurrentChange, FileLock
+from oryxmem.fileio import AppendIntent, ConcurrentChange, FileLock, wait_until_quiet
 from oryxmem.store.base import StoreLimits
 from oryxmem.store.format import ARCHIVAL, CORE, NewEntry, parse
 from oryxmem.store.markdown import MarkdownMemoryStore
@@ -203,6 +204,44 @@ def test_a_file_an_editor_replaced_is_free_at_once_and_one_written_in_place_once
     assert not store.others_are_writing()
     store.append("three")
     assert [e.content for e in store.entries()[1]] == ["one", "from vim", "two", "from code", "three"]
+
+
+def test_waiting_for_a_writer_in_place_ends_when_it_replaces_the_file(tmp_path: Path) -> None:
+    """A wait for the inode someone writes in place to be quiet ends as soon as the path
+    names another file: the wait is for that inode, and the new one is read afresh."""
+    path = tmp_path / "MEMORY.md"
+    path.write_text("first\n")
+    waited_on = path.stat().st_ino
+    replaced = threading.Event()
+    done = threading.Event()
+
+    def writer() -> None:
+        """Writes in place every 20 ms (never quiet), replaces the file once, and goes on
+        writing into the new one, until the wait is over or 30 s pass."""
+        end = time.monotonic() + 30
+        n = 0
+        while not done.is_set() and time.monotonic() < end:
+            n += 1
+            if n == 10:
+                tmp = path.with_name("MEMORY.md.new")
+                tmp.write_text("second\n")
+                os.replace(tmp, path)
+                replaced.set()
+            with open(path, "a") as handle:
+                handle.write(f"{n}\n")
+            time.sleep(0.02)
+        ended.append("by the wait" if done.is_set() else "by its own end")
+
+    ended: list[str] = []
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        got = wait_until_quiet(path, quiet=60, patience=60, inode=waited_on)
+    finally:
+        done.set()
+        thread.join()
+    assert replaced.is_set() and got is not None and got.inode != waited_on
+    assert ended == ["by the wait"]
 
 
 def test_a_fresh_file_oryxmem_never_wrote_is_taken_as_written_in_place(tmp_path: Path) -> None:
