@@ -12,6 +12,7 @@ import os
 import resource
 import statistics
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -109,6 +110,43 @@ def seed(workspace: Workspace, agent: str, count: int) -> None:
         + "\n".join(lines)
         + "\n"
     )
+
+
+def saves_beside_an_autosaving_editor(
+    client: Client, workspace: Workspace, saves: int
+) -> list[Figure]:
+    """One client's saves to a 1,000-entry file that an editor saves by rename every 80 ms
+    (written whole, then named: nothing for a save to wait for): p50 and slowest."""
+    agent = "edited"
+    seed(workspace, agent, 1000)
+    client.save(agent, "the daemon has taken the file in")
+    path = workspace.memory_path(agent)
+    done = threading.Event()
+
+    def editor() -> None:
+        tmp = path.with_name(".MEMORY.md.swp")
+        while not done.wait(0.08):
+            tmp.write_bytes(path.read_bytes())
+            os.replace(tmp, path)
+
+    typing = threading.Thread(target=editor)
+    typing.start()
+    samples = []
+    try:
+        time.sleep(0.5)
+        for i in range(saves):
+            started = time.perf_counter()
+            client.save(agent, f"saved while an editor saves too {i}")
+            samples.append((time.perf_counter() - started) * 1000)
+            time.sleep(0.01)
+    finally:
+        done.set()
+        typing.join()
+    label = "save, an editor renaming the file every 80 ms"
+    return [
+        Figure(f"{label}, p50", statistics.median(samples), "ms"),
+        Figure(f"{label}, slowest", max(samples), "ms"),
+    ]
 
 
 def options(parser: argparse.ArgumentParser) -> None:
@@ -235,6 +273,7 @@ def run(args: argparse.Namespace) -> list[Figure]:
                     at_most(150, 2, "ms"),
                 )
             )
+            figures += saves_beside_an_autosaving_editor(client, workspace, args.saves // 5)
             client.close()
         finally:
             stop(proc)

@@ -50,10 +50,11 @@ from support.sync import (
 AGENTS = ["coder", "助手", ""]  # '' is the global file
 TS = "2026-11-30 09:00:00"
 SETTLE_SECONDS = 20.0  # well under the 30 s rescan: an overflow must be caught at once
-# How long one save of the editor storm may take: the daemon puts off a save to a file
-# another program keeps writing for up to DEFER_PATIENCE_SECONDS, and an editor writing
-# twelve times a second can be caught writing at every save; then the write itself, on
-# a loaded machine.
+# How long one save of the editor storm may take at most by design: the daemon puts off
+# a save to a file another program is writing for up to DEFER_PATIENCE_SECONDS (the
+# storm's editor saves by rename, which puts nothing off, but a new file that took the
+# inode number of one oryxmem wrote looks written in place until the next rename); then
+# the write itself, on a loaded machine.
 STORM_SAVE_SECONDS = DEFER_PATIENCE_SECONDS + 5
 STORM_SAVES = 15
 # Saves that try to forge lines and headings: they must come back exactly as sent.
