@@ -363,7 +363,7 @@ class MarkdownMemoryStore(LongTermMemoryStore):
         if not (additions or removals or replacements):
             return added
         key = cached.key
-        if self._left_by_others(key):  # an editor, git: write once it is done
+        if key is not None and self._left_by_others(key):  # an editor, git: once it is done
             self._waiting_since, moved = wait_for_writer(
                 self.path, key, self._waiting_since, self._quiet_wanted(key)
             )

@@ -189,8 +189,12 @@ def test_a_file_an_editor_replaced_is_free_at_once_and_one_written_in_place_once
     tmp.write_text(store.path.read_text())
     os.replace(tmp, store.path)
     holder = subprocess.Popen(  # replaced, but its writer still has it open to write
-        [sys.executable, "-c", "import sys; f = open(sys.argv[1], 'r+'); sys.stdin.read()",
-         str(store.path)],
+        [
+            sys.executable,
+            "-c",
+            "import sys; f = open(sys.argv[1], 'r+'); sys.stdin.read()",
+            str(store.path),
+        ],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
     )
@@ -203,7 +207,13 @@ def test_a_file_an_editor_replaced_is_free_at_once_and_one_written_in_place_once
         holder.communicate(b"")
     assert not store.others_are_writing()
     store.append("three")
-    assert [e.content for e in store.entries()[1]] == ["one", "from vim", "two", "from code", "three"]
+    assert [e.content for e in store.entries()[1]] == [
+        "one",
+        "from vim",
+        "two",
+        "from code",
+        "three",
+    ]
 
 
 def test_waiting_for_a_writer_in_place_ends_when_it_replaces_the_file(tmp_path: Path) -> None:
