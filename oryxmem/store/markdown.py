@@ -249,25 +249,14 @@ class MarkdownMemoryStore(LongTermMemoryStore):
             return self._left_by_others(stat)
 
     def others_are_writing(self) -> bool:
-        """Is someone else at work on the file (see _quiet_wanted)? A write now would wait."""
+        """Is someone else at work on the file (see quiet_wanted)? A write now would wait."""
         if not self.left_by_others():
             return False
         try:
             info = os.lstat(self.path)
         except FileNotFoundError:
             return False
-        return is_being_written(info, self._quiet_wanted(FileStat.of(info)))
-
-    def _quiet_wanted(self, key: FileStat) -> float:
-        """How long the file someone else left (``key``) must have been quiet before
-        oryxmem writes it. QUIET_SECONDS when it is the inode oryxmem left last, written in
-        place: an editor that truncates it and writes it again in pieces may be mid-way.
-        No time when it is another inode (an editor's save by rename, git's checkout): its
-        writer wrote it whole before it took the name, and is done with it unless it
-        still holds it open to write (which is_being_written asks either way). Unknown
-        (no oryxmem write noted yet): in place, the careful answer."""
-        last = self.lock.last_written()
-        return 0.0 if last is not None and key.inode != last.inode else QUIET_SECONDS
+        return is_being_written(info, quiet_wanted(FileStat.of(info), self.lock.last_written()))
 
     def _left_by_others(self, key: FileStat | None) -> bool:
         """Is this file as someone else left it (an editor, git)? Not as this process's
@@ -364,9 +353,8 @@ class MarkdownMemoryStore(LongTermMemoryStore):
             return added
         key = cached.key
         if key is not None and self._left_by_others(key):  # an editor, git: once it is done
-            self._waiting_since, moved = wait_for_writer(
-                self.path, key, self._waiting_since, self._quiet_wanted(key)
-            )
+            quiet = quiet_wanted(key, self.lock.last_written())
+            self._waiting_since, moved = wait_for_writer(self.path, key, self._waiting_since, quiet)
             if moved:
                 raise ConcurrentChange(self.path)  # read and plan again
         in_place = key and not (removals or replacements)
@@ -503,6 +491,17 @@ class MarkdownMemoryStore(LongTermMemoryStore):
             if not self.path.parent.is_dir():
                 return []
             return remove_stale_temp_files(self.path.parent, self.path.name)
+
+
+def quiet_wanted(key: FileStat, last: FileStat | None) -> float:
+    """How long a file someone else left (``key``) must have been quiet before oryxmem
+    writes it, given the file oryxmem left ``last`` (the note beside the lock).
+    QUIET_SECONDS when it is that inode, written in place: an editor that truncates it
+    and writes it again in pieces may be mid-way. No time when it is another inode (an
+    editor's save by rename, git's checkout): its writer wrote it whole before it took
+    the name, and is done with it unless it still holds it open to write (which
+    is_being_written asks either way). No note yet: in place, the careful answer."""
+    return 0.0 if last is not None and key.inode != last.inode else QUIET_SECONDS
 
 
 def wait_for_writer(
