@@ -182,14 +182,12 @@ def _writes_in_place(pid: str, fd: str) -> bool:
 QUIET_POLL_SECONDS = 0.05  # how often wait_until_quiet looks at the file again
 
 
-def wait_until_quiet(
-    path: Path, quiet: float, patience: float, inode: int | None = None
-) -> FileStat | None:
-    """Wait (at most ``patience`` s) until nothing has written the file for ``quiet`` s
-    and no other process holds it open to write in place: an editor that truncates it
-    and writes it again in small pieces may be mid-way. Given the ``inode`` waited on,
-    stops too once the path names another file (replaced: the caller reads it again).
-    Returns its stat then (None: no file)."""
+def wait_until_quiet(path: Path, inode: int, quiet: float, patience: float) -> FileStat | None:
+    """Wait (at most ``patience`` s) until nothing has written the file ``inode`` for
+    ``quiet`` s and no other process holds it open to write in place: an editor that
+    truncates it and writes it again in small pieces may be mid-way. Stops too once the
+    path names another file (replaced: the caller reads it again). Returns its stat then
+    (None: no file)."""
     deadline = time.monotonic() + patience
     while True:
         try:
@@ -198,8 +196,7 @@ def wait_until_quiet(
             return None
         age = time.time() - info.st_mtime
         left = deadline - time.monotonic()
-        replaced = inode is not None and info.st_ino != inode
-        if left <= 0 or replaced or not is_being_written(info, quiet):
+        if left <= 0 or info.st_ino != inode or not is_being_written(info, quiet):
             return FileStat.of(info)
         time.sleep(min(max(quiet - age, 0.02), left, QUIET_POLL_SECONDS) + 0.001)
 

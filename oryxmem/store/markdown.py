@@ -517,7 +517,7 @@ def wait_for_writer(
     if since is None or now - since > 10 * QUIET_PATIENCE:
         since = now  # a new spell
     patience = since + QUIET_PATIENCE - now
-    moved = patience > 0 and wait_until_quiet(path, quiet, patience, key.inode) != key
+    moved = patience > 0 and wait_until_quiet(path, key.inode, quiet, patience) != key
     return since, moved
 
 

@@ -246,7 +246,7 @@ def test_waiting_for_a_writer_in_place_ends_when_it_replaces_the_file(tmp_path: 
     thread = threading.Thread(target=writer)
     thread.start()
     try:
-        got = wait_until_quiet(path, quiet=60, patience=60, inode=waited_on)
+        got = wait_until_quiet(path, waited_on, quiet=60, patience=60)
     finally:
         done.set()
         thread.join()
