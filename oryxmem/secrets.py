@@ -8,7 +8,8 @@ keys, passwords in URLs, quoted high-entropy strings), with its default settings
 it is imported at the first check that needs it, so a command that checks nothing never
 loads it, and one that checks a plain sentence need not either: where any plugin could see
 a candidate (its patterns, and the keyword detector's words) is kept in a file of the user's
-cache, and a text with none of them holds nothing.
+cache, and a text with none of them holds nothing. Each pattern is searched for only in the
+texts that hold one of its anchors (oryxmem/anchors.py), kept in that file beside it.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from oryxmem.anchors import AnchoredSearch, Anchors
 from oryxmem.errors import SecretRefusedError
 from oryxmem.fileio import atomic_write
 
@@ -42,7 +44,7 @@ _candidates_known: list[_Candidates | None] = []
 # library costs about 90 ms (every plugin module imports `requests`): most of a cold
 # `oryxmem save` with no daemon, which then checks one plain sentence.
 CANDIDATES_FILE = "secrets-candidates.json"
-CANDIDATES_FORMAT = 1
+CANDIDATES_FORMAT = 2
 
 
 def _configure() -> _Look:
@@ -148,13 +150,17 @@ class _Candidates:
     case). A text with none of them holds nothing; one with some is looked at by the
     plugins themselves."""
 
-    patterns: list[re.Pattern[str]]
+    search: AnchoredSearch  # the patterns, each looked for only where its anchors are
     keywords: re.Pattern[str]
     ascii_keywords: re.Pattern[str]
 
+    @property
+    def patterns(self) -> list[re.Pattern[str]]:
+        return self.search.patterns
+
     def maybe(self, line: str) -> bool:
         stripped = line.rstrip()  # as the scan reads each line
-        if any(pattern.search(stripped) for pattern in self.patterns):
+        if self.search.search(stripped):
             return True
         return _holds_a_keyword(stripped, self.keywords, self.ascii_keywords)
 
@@ -173,11 +179,14 @@ class _Candidates:
             if not found or not all(isinstance(pattern, re.Pattern) for pattern in found):
                 return None
             patterns += found
-        return cls(patterns, look.keywords, look.ascii_keywords)
+        return cls(AnchoredSearch.of(patterns), look.keywords, look.ascii_keywords)
 
     def fields(self) -> dict[str, Any]:
         return {
-            "patterns": [[pattern.pattern, pattern.flags] for pattern in self.patterns],
+            "patterns": [
+                [pattern.pattern, pattern.flags, None if found is None else sorted(found)]
+                for pattern, found in self.search.anchored
+            ],
             "keywords": self.ascii_keywords.pattern,
         }
 
@@ -185,10 +194,21 @@ class _Candidates:
     def from_fields(cls, fields: dict[str, Any]) -> _Candidates:
         words = str(fields["keywords"])
         return cls(
-            [re.compile(str(source), int(flags)) for source, flags in fields["patterns"]],
+            AnchoredSearch(
+                (re.compile(str(source), int(flags)), _kept_anchors(found))
+                for source, flags, found in fields["patterns"]
+            ),
             re.compile(words, re.IGNORECASE),
             re.compile(words),
         )
+
+
+def _kept_anchors(found: Any) -> Anchors | None:
+    if found is None:
+        return None
+    if not isinstance(found, list) or not all(isinstance(a, str) and a for a in found):
+        raise TypeError("anchors are a list of strings")
+    return frozenset(found)
 
 
 def _candidates() -> _Candidates | None:
