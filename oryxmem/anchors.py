@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import importlib
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 try:  # Python's parser of regular expressions: private, so its absence only costs speed
@@ -66,28 +66,55 @@ def _of_sequence(items: list[tuple[Any, Any]], folded: bool) -> Anchors | None:
 
 
 def _of_piece(op: Any, value: Any, folded: bool) -> Anchors | None:
-    """Anchors of one piece that is not a plain character (None: it gives none)."""
-    c = sre_constants
-    if op is c.SUBPATTERN:
-        _, add_flags, del_flags, body = value
-        if add_flags or del_flags:  # (?i:...) and the like: other case rules inside
-            return None
-        return _of_sequence(list(body), folded)
-    if op is c.ATOMIC_GROUP:
-        return _of_sequence(list(value), folded)
-    if op is c.BRANCH:  # one alternative matches: each must give anchors
-        each = [_of_sequence(list(branch), folded) for branch in value[1]]
-        known = [found for found in each if found is not None]
-        return _union(known) if len(known) == len(each) else None
-    if op in (c.MAX_REPEAT, c.MIN_REPEAT, c.POSSESSIVE_REPEAT):
-        least, _, body = value
-        return _of_sequence(list(body), folded) if least >= 1 else None
-    if op is c.IN:  # a class of plain characters: one of them
-        chars = [_plain_char(kind, item, folded) for kind, item in value]
-        if not chars or any(char is None for char in chars):
-            return None
-        return frozenset(char for char in chars if char is not None)
-    return None  # anything else (a class with ranges, '.', assertions, a backreference)
+    """Anchors of one piece that is not a plain character (None: it gives none; so does
+    any piece not below: a class with ranges, '.', an assertion, a backreference)."""
+    read = _PIECES.get(op)
+    return None if read is None else read(value, folded)
+
+
+def _of_group(value: Any, folded: bool) -> Anchors | None:
+    _, add_flags, del_flags, body = value
+    if add_flags or del_flags:  # (?i:...) and the like: other case rules inside
+        return None
+    return _of_sequence(list(body), folded)
+
+
+def _of_atomic_group(value: Any, folded: bool) -> Anchors | None:
+    return _of_sequence(list(value), folded)
+
+
+def _of_branch(value: Any, folded: bool) -> Anchors | None:
+    """One alternative matches: each must give anchors."""
+    each = [_of_sequence(list(branch), folded) for branch in value[1]]
+    known = [found for found in each if found is not None]
+    return _union(known) if len(known) == len(each) else None
+
+
+def _of_repeat(value: Any, folded: bool) -> Anchors | None:
+    least, _, body = value
+    return _of_sequence(list(body), folded) if least >= 1 else None
+
+
+def _of_class(value: Any, folded: bool) -> Anchors | None:
+    """A class of plain characters: one of them."""
+    chars = [_plain_char(kind, item, folded) for kind, item in value]
+    known = [char for char in chars if char is not None]
+    return frozenset(known) if known and len(known) == len(chars) else None
+
+
+_PIECES: dict[Any, Callable[[Any, bool], Anchors | None]] = (
+    {}
+    if sre_constants is None
+    else {
+        sre_constants.SUBPATTERN: _of_group,
+        sre_constants.ATOMIC_GROUP: _of_atomic_group,
+        sre_constants.BRANCH: _of_branch,
+        sre_constants.MAX_REPEAT: _of_repeat,
+        sre_constants.MIN_REPEAT: _of_repeat,
+        sre_constants.POSSESSIVE_REPEAT: _of_repeat,
+        sre_constants.IN: _of_class,
+    }
+)
 
 
 def _plain_char(op: Any, value: Any, folded: bool) -> str | None:

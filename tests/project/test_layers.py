@@ -28,6 +28,7 @@ FLOORS: list[tuple[str, ...]] = [
         "schemas",
         "openapi",
         "launch",
+        "anchors",
         "secrets",
     ),
     ("embed",),
