@@ -4,7 +4,8 @@ clones with daemons take to agree after a save.
 - merge: ``oryxmem merge-driver`` as git runs it (a new process), on a base of
   --git-entries archival entries, each side with 500 entries of its own and 100 of the
   base's removed, with and without tombstones; and the merge function alone;
-- secrets: what the save-time credential check (detect-secrets) costs a save;
+- secrets: what the save-time credential check (detect-secrets) costs a save, on a
+  sentence and on the eval's conversation turns (--data);
 - converge: a bare remote and two clones, each with a daemon syncing every 2 s
   (``sync.git.interval_seconds``); a save on one, timed until the other's MEMORY.md has
   it, --git-rounds times.
@@ -20,8 +21,10 @@ import os
 import statistics
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
+from bench import locomo
 from bench.common import Figure, at_most, run_alone, scratch_dir, start_oryxmem, stop
 from oryxmem.launch import oryxmem_command
 from oryxmem.store import tombstones
@@ -37,6 +40,7 @@ ENV = {
 
 
 def options(parser: argparse.ArgumentParser) -> None:
+    locomo.data_option(parser)
     parser.add_argument("--git-entries", type=int, default=100_000, help="entries merged")
     parser.add_argument("--git-rounds", type=int, default=5, help="saves timed to converge")
 
@@ -181,28 +185,50 @@ def converge_figures(rounds: int, folder: Path) -> list[Figure]:
     ]
 
 
-def secrets_figures() -> list[Figure]:
-    """What memory.secrets = refuse adds to a save: detect-secrets on its content."""
-    from oryxmem.secrets import checked_content
+def secrets_figures(data: Path) -> list[Figure]:
+    """What memory.secrets = refuse adds to a save: detect-secrets' quick look at its
+    content, on a short sentence and on every turn of the eval's conversations (what an
+    agent saves looks much like them); and, on the turns, the patterns' part of it with
+    each pattern searched for only where its anchors are (oryxmem/anchors.py) against
+    every pattern searched for (what it cost before anchors)."""
+    from oryxmem import secrets
 
     sentences = [f"User prefers short answers about project {n} and its CI" for n in range(300)]
-    checked_content(sentences[0], "refuse")  # the detector's import and settings, once
-    times = []
-    for sentence in sentences:
-        started = time.perf_counter()
-        checked_content(sentence, "refuse")
-        times.append((time.perf_counter() - started) * 1000)
+    turns = [turn.content for conversation in locomo.load(data) for turn in conversation.turns]
+    secrets.checked_content(sentences[0], "refuse")  # the detector's settings, once
+    candidates = secrets._candidates()
+    assert candidates is not None, "detect-secrets' plugins are bounded by patterns"
+
+    def every_pattern(text: str) -> bool:
+        return any(pattern.search(text) for pattern in candidates.patterns)
+
+    def p50_us(look: Callable[[str], object], texts: list[str]) -> float:
+        times = []
+        for text in texts:
+            started = time.perf_counter()
+            look(text)
+            times.append((time.perf_counter() - started) * 1e6)
+        return statistics.median(times)
+
+    def check(text: str) -> str:
+        return secrets.checked_content(text, "refuse")
+
+    mean = statistics.mean(len(turn) for turn in turns)
+    on_turns = f"secrets: the same, a conversation turn ({mean:.0f} chars on average), p50"
     return [
         Figure(
             "secrets: the check a save makes (a 55-char sentence), p50",
-            statistics.median(times),
-            "ms",
-        )
+            p50_us(check, sentences),
+            "us",
+        ),
+        Figure(on_turns, p50_us(check, turns), "us"),
+        Figure("  its patterns, anchored, p50", p50_us(candidates.search.search, turns), "us"),
+        Figure("  its patterns, every one searched, p50", p50_us(every_pattern, turns), "us"),
     ]
 
 
 def run(args: argparse.Namespace) -> list[Figure]:
-    figures_first = secrets_figures()
+    figures_first = secrets_figures(args.data)
     with scratch_dir("oryxmem-git-") as folder:
         figures = merge_figures(args.git_entries, Path(folder) / "merge")
         figures += converge_figures(args.git_rounds, Path(folder) / "clones")

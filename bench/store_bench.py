@@ -1,5 +1,4 @@
-"""Store benchmark (issue 2): durable append, load and recall at 1,000 and 100,000 entries;
-and the check for credentials every save's text goes through, on real conversation turns.
+"""Store benchmark (issue 2): durable append, load and recall at 1,000 and 100,000 entries.
 
 Run: python -m bench.store_bench [--sizes 1000,100000] [--json]
 """
@@ -14,7 +13,6 @@ import time
 import tracemalloc
 from pathlib import Path
 
-from bench import locomo
 from bench.common import (
     Figure,
     at_most,
@@ -25,7 +23,6 @@ from bench.common import (
     sqlite_commit_floor_ms,
     time_calls,
 )
-from oryxmem import secrets
 from oryxmem.backends.sqlite import SqliteMemoryStore
 from oryxmem.fileio import FileLock
 from oryxmem.launch import oryxmem_command
@@ -193,7 +190,6 @@ def cold_cli_recall(workspace: Workspace, agent: str, repeat: int = 5) -> float:
 
 
 def options(parser: argparse.ArgumentParser) -> None:
-    locomo.data_option(parser)
     parser.add_argument("--sizes", default="1000,100000", help="archival entries per agent")
     parser.add_argument("--repeat", type=int, default=200, help="samples per figure")
 
@@ -202,38 +198,6 @@ def run(args: argparse.Namespace) -> list[Figure]:
     figures: list[Figure] = []
     for count in (int(size) for size in args.sizes.split(",")):
         figures += measure(count, args.repeat)
-    return figures + secrets_check(args.data)
-
-
-def secrets_check(data: Path) -> list[Figure]:
-    """The quick look at a save's text for credentials (secrets.py), on every turn of the
-    eval's conversations (what an agent saves looks much like them): the time per text,
-    with each pattern searched for only where its anchors are, and with every pattern
-    searched for (what it cost before anchors)."""
-    texts = [turn.content for conversation in locomo.load(data) for turn in conversation.turns]
-    secrets.find(["warm up: the candidates are read"])
-    candidates = secrets._candidates()
-    if candidates is None:
-        return []
-    everything = candidates.patterns
-
-    def every_pattern(text: str) -> bool:
-        return any(pattern.search(text) for pattern in everything)
-
-    figures = []
-    for label, look in (
-        ("anchored", candidates.search.search),
-        ("every pattern", every_pattern),
-    ):
-        samples = []
-        for text in texts:
-            started = time.perf_counter()
-            look(text)
-            samples.append((time.perf_counter() - started) * 1e6)
-        name = f"secrets check of a conversation turn p50 ({label})"
-        figures.append(Figure(name, statistics.median(samples), "us"))
-    mean = statistics.mean(len(text) for text in texts)
-    figures.append(Figure(f"  turns checked ({mean:.0f} characters on average)", len(texts), ""))
     return figures
 
 
