@@ -487,10 +487,14 @@ class MarkdownMemoryStore(LongTermMemoryStore):
         return True
 
     def clean_temp_files(self) -> list[Path]:
+        """The temp files of MEMORY.md and of its TOMBSTONES that a writer killed mid-way
+        left (both are written under the lock held here: no live writer's)."""
         with self.lock.hold():
-            if not self.path.parent.is_dir():
+            folder = self.path.parent
+            if not folder.is_dir():
                 return []
-            return remove_stale_temp_files(self.path.parent, self.path.name)
+            names = (self.path.name, self.tombstones.path.name)
+            return [gone for name in names for gone in remove_stale_temp_files(folder, name)]
 
 
 def quiet_wanted(key: FileStat, last: FileStat | None) -> float:

@@ -340,6 +340,19 @@ def test_stale_temp_files_are_cleaned(tmp_path: Path) -> None:
     assert not leftover.exists()
 
 
+def test_a_tombstones_temp_file_a_killed_writer_left_is_cleaned_too(tmp_path: Path) -> None:
+    """The soak's daemon, killed while it wrote TOMBSTONES (a forget), left its temp file
+    beside MEMORY.md; the next start removed only MEMORY.md's."""
+    store = open_store(tmp_path)
+    store.append("x")
+    leftover = store.path.with_name(".TOMBSTONES.168c9f91.tmp")
+    leftover.write_text("2026-12-06 09:00:00 a1b2c3 half a line")
+    other = store.path.with_name(".notes.md.168c9f91.tmp")  # not oryxmem's: left alone
+    other.write_text("someone else's")
+    assert store.clean_temp_files() == [leftover]
+    assert not leftover.exists() and other.exists()
+
+
 WRITER = textwrap.dedent(
     """
     import sys
