@@ -17,10 +17,13 @@ starts one in the background (launch.py), through which the next hooks go.
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import json
 import os
 import signal
+import stat
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +41,11 @@ DEADLINE = 5  # seconds for the whole hook; the hosts wait 10 (install.py)
 CLIENT_TIMEOUT = 2.0
 PROMPT_HITS = 5
 PROMPT_CHARS = 1500  # the most a prompt hook adds to the context
+# A session's kept prompt is read by its stop hook moments later; one a week old belongs to
+# a session long over. A temp file of the write that keeps it lives for microseconds:
+# one a minute old was left by a hook killed mid-write (its deadline, the host).
+PROMPT_KEEP_SECONDS = 7 * 24 * 3600
+PROMPT_TEMP_KEEP_SECONDS = 60
 TRANSCRIPT_TAIL = 4 * 1024 * 1024  # bytes of the transcript read from its end
 HOST_EVENT = {  # (client, event) -> the event name the host's JSON answer carries
     ("gemini", "session-start"): "SessionStart",
@@ -193,6 +201,30 @@ def remember_prompt(root: str | None, payload: dict[str, Any], prompt: str) -> N
     if path is not None:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         atomic_write(path, prompt.encode("utf-8", "replace"), default_mode=0o600)
+        forget_old_prompts(path.parent, time.time())
+
+
+def forget_old_prompts(folder: Path, now: float) -> list[str]:
+    """Remove the prompts of sessions long over, and the temp files of hooks killed while
+    keeping one, so the folder holds only recent sessions' prompts; gives their names.
+    Housekeeping: a file it cannot look at or remove is left for the next time."""
+    removed = []
+    with os.scandir(folder) as entries:
+        for entry in entries:
+            if fnmatch.fnmatchcase(entry.name, "*.prompt"):
+                keep = PROMPT_KEEP_SECONDS
+            elif fnmatch.fnmatchcase(entry.name, ".*.prompt.*.tmp"):
+                keep = PROMPT_TEMP_KEEP_SECONDS
+            else:
+                continue  # not ours to judge
+            try:
+                info = entry.stat(follow_symlinks=False)
+                if stat.S_ISREG(info.st_mode) and now - info.st_mtime > keep:
+                    os.unlink(entry.path)
+                    removed.append(entry.name)
+            except OSError:
+                continue  # removed by another hook meanwhile, or not ours to remove
+    return removed
 
 
 def recalled_prompt(root: str | None, payload: dict[str, Any]) -> str:

@@ -9,6 +9,7 @@ import os
 import shlex
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -211,6 +212,38 @@ def test_codex_stop_pairs_last_assistant_message_with_the_prompt_its_prompt_hook
         'trigger: user="rename the module" reply="Renamed oryx.py to core.py."'
     ]
     assert run_cli("sync", "--check").returncode == 0
+
+
+def test_a_prompt_hook_forgets_prompts_of_sessions_long_over_and_killed_hooks_temp_files(
+    workspace: Workspace,
+) -> None:
+    """Each Codex session leaves its last prompt in .oryxos/run/hooks/; a hook killed
+    mid-write leaves a temp file. The prompt hook removes a week-old prompt and a
+    minute-old temp file, and leaves recent ones (another session's stop still reads
+    its prompt) and files that are not its own."""
+    folder = workspace.run_dir / "hooks"
+    folder.mkdir(parents=True)
+    now = time.time()
+    ages = {
+        "a" * 32 + ".prompt": 8 * 86400,  # a session long over
+        "b" * 32 + ".prompt": 86400,  # yesterday's: its stop may still come
+        "." + "c" * 32 + ".prompt.0badc0de.tmp": 120,  # a killed hook's
+        "." + "d" * 32 + ".prompt.12345678.tmp": 1,  # a hook writing it now
+        "notes.txt": 30 * 86400,  # not a hook's
+    }
+    for name, age in ages.items():
+        (folder / name).write_text("kept prompt")
+        os.utime(folder / name, (now - age, now - age))
+    asked = base("UserPromptSubmit", prompt="rename the module", turn_id="t1", model="gpt")
+    assert hook("prompt", asked, "--client", "codex", "--agent", "cx").returncode == 0
+    left = {path.name for path in folder.iterdir()}
+    this_session = {name for name in left if name not in ages}
+    assert len(this_session) == 1 and this_session.pop().endswith(".prompt")
+    assert left - {name for name in left if name not in ages} == {
+        "b" * 32 + ".prompt",
+        "." + "d" * 32 + ".prompt.12345678.tmp",
+        "notes.txt",
+    }
 
 
 @pytest.mark.parametrize(
