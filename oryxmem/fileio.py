@@ -139,13 +139,46 @@ def current_umask() -> int:
     return mask
 
 
+# A look through /proc costs a stat of every file every process holds open (milliseconds
+# on a workstation), and one save asks up to three times (is its file free? before the
+# write, and while it waits for quiet). A look that found no such writer is taken again
+# for a file whose stat has not moved, for this long after it began: a writer that
+# opened the file within it is missed as one that opened it during the look itself is.
+# A writer found is looked for again each time (it may have closed the file since).
+NO_WRITER_ANSWER_SECONDS = 0.01
+
+
+class _Look(NamedTuple):
+    identity: tuple[int, int, int, int, int]  # dev, inode, size, mtime_ns, ctime_ns
+    began: float  # time.monotonic()
+
+
+class _Latest:
+    look: _Look | None = None  # replaced whole, so threads read one look or the other
+
+
+_NO_WRITER = _Latest()  # the latest look that found none
+
+
 def held_open_to_write_elsewhere(info: os.stat_result) -> bool:
     """Does another process hold this file open to write at its own offset (O_WRONLY or
     O_RDWR without O_APPEND), as an editor writing it again in pieces does? Such a writer
     would write over an append, or into the inode a rename orphans; one with O_APPEND
     (``>>``, oryxmem itself) only adds at the end. Asks /proc: where there is none, or a
-    process is not ours to look at, that process is not seen (the quiet time still is)."""
-    target = (info.st_dev, info.st_ino)
+    process is not ours to look at, that process is not seen (the quiet time still is).
+    No again within NO_WRITER_ANSWER_SECONDS of a look that said no, for the same stat."""
+    identity = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+    now = time.monotonic()
+    last = _NO_WRITER.look
+    if last and last.identity == identity and now - last.began < NO_WRITER_ANSWER_SECONDS:
+        return False
+    held = _held_open_in_proc((info.st_dev, info.st_ino))
+    if not held:
+        _NO_WRITER.look = _Look(identity, now)
+    return held
+
+
+def _held_open_in_proc(target: tuple[int, int]) -> bool:
     me = str(os.getpid())
     try:
         pids = [pid for pid in os.listdir("/proc") if pid.isdigit() and pid != me]

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from support.processes import SAMPLES
 
+from oryxmem import fileio
 from oryxmem.errors import MemoryFileConflictedError, MemoryFileUnreadableError, OryxError
 from oryxmem.fileio import AppendIntent, ConcurrentChange, FileLock, wait_until_quiet
 from oryxmem.store.base import StoreLimits
@@ -214,6 +215,39 @@ def test_a_file_an_editor_replaced_is_free_at_once_and_one_written_in_place_once
         "from code",
         "three",
     ]
+
+
+def test_a_save_onto_a_file_an_editor_left_looks_through_proc_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Is the file free, and is it still, just before the write: one look through /proc
+    for the file as the editor left it (a stat of every file every process holds open,
+    milliseconds on a workstation), not one per question. A file that changed since is
+    looked at again."""
+    store = open_store(tmp_path)
+    store.append("one")
+    looks: list[tuple[int, int]] = []
+    look = fileio._held_open_in_proc
+
+    def counted(target: tuple[int, int]) -> bool:
+        looks.append(target)
+        return look(target)
+
+    monkeypatch.setattr(fileio, "_held_open_in_proc", counted)
+    # However slow the machine, the questions of one save come within the time a "no" is
+    # kept for (the time itself is not what this test is about).
+    monkeypatch.setattr(fileio, "NO_WRITER_ANSWER_SECONDS", 60.0)
+    for n in range(3):
+        tmp = store.path.with_name("MEMORY.md.swp")
+        tmp.write_text(store.path.read_text() + f"- [{TS}] from vim {n}\n")
+        os.replace(tmp, store.path)  # an editor's save, a while ago
+        quiet = time.time() - 1
+        os.utime(store.path, (quiet, quiet))
+        looks.clear()
+        assert not store.others_are_writing()
+        store.append(f"saved after vim {n}")
+        assert looks == [(store.path.stat().st_dev, store.path.stat().st_ino)]
+    assert [e.content for e in store.entries()[1]][-2:] == ["from vim 2", "saved after vim 2"]
 
 
 def test_waiting_for_a_writer_in_place_ends_when_it_replaces_the_file(tmp_path: Path) -> None:
