@@ -4,7 +4,8 @@ It has its own MemoryService (its own connection) and runs ``step`` until stoppe
 step that says there is more runs again at once; otherwise the thread waits until it is
 woken or ``idle_seconds`` pass. A step that fails is logged (one line when another
 program holds the database) and tried again after ``retry_seconds``: it never stops the
-thread, and never holds up a save.
+thread, and never holds up a save. Once stopping, a step that ends in an error ends the
+thread quietly: it may have been told to end early (``stopping``).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ class Background:
 
     def stop(self) -> None:
         self._stop.set()
+        self.stopping()
         self._wake.set()
         if self._thread.is_alive():
             self._thread.join(timeout=30)
@@ -62,6 +64,10 @@ class Background:
     def on_start(self) -> None:
         """Runs on the thread before the first step."""
 
+    def stopping(self) -> None:
+        """Runs on the thread that stops this one, before it waits: a long step may be told
+        to end early (what it leaves undone is derived, done at the next start)."""
+
     def _run(self) -> None:
         self.on_start()
         while not self._stop.is_set():
@@ -71,6 +77,8 @@ class Background:
                 self.steps += 1
                 self.last_error = None
             except Exception as error:  # derived: retried, never in the way of a save
+                if self._stop.is_set():
+                    return  # a step told to end early by stopping(), or stopped mid-way
                 self.last_error = f"{type(error).__name__}: {error}"
                 if is_locked(error):  # another program holds the database: later
                     log.info("%s waits: %s", self.what, error)

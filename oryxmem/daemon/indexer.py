@@ -70,6 +70,13 @@ class Indexer(Background):
         except OSError as error:  # not allowed here: it runs at the usual priority
             log.info("the indexer keeps its priority: %s", error)
 
+    def stopping(self) -> None:
+        """A backlog being embedded stops at its next texts (embed.BacklogStopped): at
+        nice 10 on a busy machine a step of 256 texts can take longer than a stop may."""
+        vectors = self.upkeep.vector_index()
+        if vectors is not None:
+            vectors.embedder.stop_backlogs()
+
     def step(self) -> bool:
         taken = self.upkeep.words_step()
         if not taken:

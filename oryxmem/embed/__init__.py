@@ -21,6 +21,12 @@ if TYPE_CHECKING:
 
 Kind = Literal["query", "passage"]
 QUERY_CACHE = 32
+BACKLOG_PIECE = 64  # texts embedded between two looks at whether backlogs were stopped
+
+
+class BacklogStopped(Exception):
+    """A backlog's embedding was stopped part-way: the process is stopping, and no one
+    waits on a backlog (what was embedded of it is dropped, made again next time)."""
 
 
 class Embedder(ABC):
@@ -32,6 +38,7 @@ class Embedder(ABC):
         self.config = config
         self._queries: dict[str, npt.NDArray[np.float32]] = {}
         self._queries_lock = threading.Lock()
+        self._backlogs_stopped = threading.Event()
 
     @property
     @abstractmethod
@@ -45,8 +52,26 @@ class Embedder(ABC):
 
     def embed_backlog(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         """embed(texts, "passage") for a backlog no one waits on (the indexer's steps): an
-        embedder may spread it over a core nothing else is using."""
-        return self.embed(texts, "passage")
+        embedder may spread it over a core nothing else is using. Raises BacklogStopped
+        once stop_backlogs was called (it looks every BACKLOG_PIECE texts)."""
+        import numpy as np
+
+        pieces = []
+        for at in range(0, len(texts), BACKLOG_PIECE):
+            self.check_backlogs()
+            pieces.append(self.embed(texts[at : at + BACKLOG_PIECE], "passage"))
+        return np.concatenate(pieces) if pieces else self.embed(texts, "passage")
+
+    def stop_backlogs(self) -> None:
+        """Stop every backlog being embedded, and any to come: the indexer's step, at
+        nice 10, can take its time on a busy machine, and a process that is stopping does
+        not wait for work no one waits on."""
+        self._backlogs_stopped.set()
+
+    def check_backlogs(self) -> None:
+        """Raise BacklogStopped once stop_backlogs was called."""
+        if self._backlogs_stopped.is_set():
+            raise BacklogStopped("the process is stopping")
 
     def knows(self, query: str) -> bool:
         """Is this query's embedding remembered (query_vector answers at once)?"""

@@ -18,6 +18,7 @@ import hashlib
 import os
 import threading
 from collections.abc import Sequence
+from concurrent import futures
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -155,6 +156,7 @@ class MiniLM(Embedder):
         import numpy as np
 
         if len(texts) < SIDE_BY_SIDE_TEXTS:
+            self.check_backlogs()
             return self.embed(texts, "passage")
         if self._session is None:
             self._load()
@@ -168,10 +170,14 @@ class MiniLM(Embedder):
                     at = next(turns, None)
                 if at is None:
                     return
+                self.check_backlogs()
                 out[at] = self._run(texts[at])
 
         helped = own_helper().submit(take_turns)
-        take_turns()
+        try:
+            take_turns()
+        finally:
+            futures.wait([helped])  # its last text is done too, whatever this one raised
         helped.result()
         give_back_freed_memory()
         return out

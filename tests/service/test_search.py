@@ -820,6 +820,43 @@ def test_a_backlog_is_embedded_side_by_side_each_text_as_alone_at_the_callers_pr
     assert len({thread for thread, _, _ in ran_on}) == 2  # the caller and its helper
 
 
+def test_a_backlog_being_embedded_stops_at_its_next_text_once_backlogs_are_stopped(
+    workspace: Workspace,
+) -> None:
+    """A daemon that stops does not wait for its indexer's backlog: stop_backlogs (asked
+    here from inside the third text, as a stop would come from another thread) ends the
+    backlog with BacklogStopped after at most the texts already begun, the helper's
+    included, and none is still running once it has raised. A new backlog is refused
+    at once."""
+    from oryxmem.embed import BacklogStopped, minilm
+
+    embedder = minilm.MiniLM(Config.load(workspace.config_path))
+    texts = [f"note {i}: the user likes tea" for i in range(minilm.SIDE_BY_SIDE_TEXTS * 8)]
+    begun: list[int] = []
+    running = [0]
+    original = embedder._run
+
+    def stopping_at_the_third(text: str) -> Any:
+        running[0] += 1
+        begun.append(texts.index(text))
+        if len(begun) == 3:
+            embedder.stop_backlogs()
+        try:
+            return original(text)
+        finally:
+            running[0] -= 1
+
+    embedder._run = stopping_at_the_third  # type: ignore[method-assign]
+    with pytest.raises(BacklogStopped):
+        embedder.embed_backlog(texts)
+    assert running == [0]  # neither thread is still in the model
+    assert 3 <= len(begun) <= 4  # the third, and the other thread's text in flight
+    with pytest.raises(BacklogStopped):
+        embedder.embed_backlog(texts[:2])
+    embedder._run = original  # type: ignore[method-assign]
+    assert embedder.embed(["a search still embeds"], "query").shape == (1, 384)
+
+
 def test_a_search_reads_the_arms_and_the_entries_in_one_transaction(
     workspace: Workspace, service: MemoryService
 ) -> None:

@@ -3,8 +3,11 @@ take it in before the vectors, and no save or search takes a backlog in itself."
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -309,3 +312,38 @@ def test_the_words_meeting_a_lock_after_a_mirror_leave_the_rows_and_catch_up_lat
     assert "did not follow" not in caplog.text
     assert service.upkeep.follow_saves() == 2  # the row, into each words index
     assert backlog_of(service)["keyword"] == 0
+
+
+def test_a_stop_ends_the_indexers_step_mid_backlog_quietly(
+    in_daemon: MemoryService, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A daemon that stops does not wait for the step its indexer is embedding (256 texts
+    at nice 10 can take longer than a stop may on a busy machine; a native thread still
+    in the model when the interpreter exits aborts the process): the step stops at its
+    next texts, nothing of it is kept (it is derived: made at the next start), and the
+    thread ends without a failure logged."""
+    service = in_daemon
+    arrive(service, "pulled", [f"pulled note {n} about kettles" for n in range(600)])
+    vectors = service.upkeep.vector_index()
+    assert vectors is not None
+    embedder = vectors.embedder
+    begun: list[str] = []
+    embedding = threading.Event()
+    original = embedder._run  # type: ignore[attr-defined]
+
+    def noting(text: str) -> Any:
+        begun.append(text)
+        if len(begun) == 5:
+            embedding.set()
+        return original(text)
+
+    embedder._run = noting  # type: ignore[attr-defined]
+    indexer = Indexer(service)
+    indexer.start()
+    assert embedding.wait(timeout=120), "the indexer never began to embed"
+    indexer.stop()
+    assert not indexer.alive
+    assert len(begun) < vectors.batch  # the step did not run to its end
+    assert backlog_of(service)["vectors"] == 600  # and left nothing half taken in
+    assert indexer.last_error is None
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
