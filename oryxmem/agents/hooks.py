@@ -204,11 +204,10 @@ def remember_prompt(root: str | None, payload: dict[str, Any], prompt: str) -> N
         forget_old_prompts(path.parent, time.time())
 
 
-def forget_old_prompts(folder: Path, now: float) -> list[str]:
+def forget_old_prompts(folder: Path, now: float) -> None:
     """Remove the prompts of sessions long over, and the temp files of hooks killed while
-    keeping one, so the folder holds only recent sessions' prompts; gives their names.
-    Housekeeping: a file it cannot look at or remove is left for the next time."""
-    removed = []
+    keeping one, so the folder holds only recent sessions' prompts. Housekeeping: a file
+    it cannot look at or remove is left for the next time."""
     with os.scandir(folder) as entries:
         for entry in entries:
             if fnmatch.fnmatchcase(entry.name, "*.prompt"):
@@ -221,10 +220,8 @@ def forget_old_prompts(folder: Path, now: float) -> list[str]:
                 info = entry.stat(follow_symlinks=False)
                 if stat.S_ISREG(info.st_mode) and now - info.st_mtime > keep:
                     os.unlink(entry.path)
-                    removed.append(entry.name)
             except OSError:
                 continue  # removed by another hook meanwhile, or not ours to remove
-    return removed
 
 
 def recalled_prompt(root: str | None, payload: dict[str, Any]) -> str:
