@@ -488,7 +488,10 @@ def mirror_appends(
     # (their insert is itself a change to the rows).
     state = read_state(db, agent, with_agreed=False)
     start, all_taken = _agreed_before(db, agent, state, appends)
-    missing = entries_not_in_rows(db, agent, entries)
+    # Agreed just before the first append, and no row changed since: the rows are the file
+    # as it was then, which had none of these new ids; no need to look them up (a mirror
+    # of a second's saves spends about a tenth of its write lock on that look).
+    missing = entries if start == 0 else entries_not_in_rows(db, agent, entries)
     insert_rows(db, agent, missing, source)
     if start is None or appends[-1].after is None:  # (None: someone else wrote it too)
         return all_taken and not missing

@@ -421,6 +421,38 @@ def test_saves_a_reconcile_took_in_between_are_not_mirrored_twice(
     assert engine.reconcile_agent("coder").status == "unchanged"
 
 
+def test_a_mirror_in_sync_looks_the_entries_up_only_when_a_reconcile_came_between(
+    engine: SyncEngine, workspace: Workspace
+) -> None:
+    """The rows are looked up for the saves' ids only when they may hold some already:
+    not when both sides agreed just before the first append (the write lock is held
+    that much less), but when a reconcile took the file in between two appends."""
+    write(workspace, "coder", f"## 归档记忆\n- [{TS}] old\n")
+    engine.reconcile_all()
+    statements: list[str] = []
+    engine.db.conn.set_trace_callback(statements.append)
+    try:
+        first = append_saves(engine, "coder", "one")
+        assert record_saves(engine, "coder", [first], "socket")
+        looked_up = [s for s in statements if "entry_id IN (" in s]
+        assert looked_up == []
+        second = append_saves(engine, "coder", "two")
+        engine.reconcile_agent("coder")
+        third = append_saves(engine, "coder", "three")
+        statements.clear()
+        assert record_saves(engine, "coder", [second, third], "socket")
+        assert [s for s in statements if "entry_id IN (" in s] != []
+    finally:
+        engine.db.conn.set_trace_callback(None)
+    assert sorted(e[2] for e in row_items(workspace, "coder").elements()) == [
+        "old",
+        "one",
+        "three",
+        "two",
+    ]
+    assert engine.reconcile_agent("coder").status == "unchanged"
+
+
 def test_saves_after_a_foreign_write_are_left_to_the_reconcile(
     engine: SyncEngine, workspace: Workspace
 ) -> None:
