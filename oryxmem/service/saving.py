@@ -42,7 +42,13 @@ from oryxmem.workspace import AgentRef
 
 log = logging.getLogger("oryxmem")
 FLUSH_WAIT_MS = 100  # what mirroring the saves before a new one waits (brief_wait)
-MIRROR_RETRY_SECONDS = 0.05  # after a failed mirror: the next try, not a spin
+# After a failed mirror, the next try: soon (not a spin), and, while another program
+# keeps the database locked, half as often each time up to once a second. Each try
+# waits briefly for that lock on the memory thread, and saves wait behind it: tried
+# twenty times a second through a lock held for minutes, the tries would hold up the
+# saves a third of the time.
+MIRROR_RETRY_SECONDS = 0.05
+MIRROR_RETRY_MAX_SECONDS = 1.0
 
 
 def fold_whitespace(text: str) -> str:
@@ -127,6 +133,7 @@ class Saving:
         self._records_lock = threading.Lock()
         self._failing = False  # the last mirror failed: said once per spell
         self.mirror_not_before = 0.0  # after a failure, when to try again (monotonic)
+        self._retry_after = MIRROR_RETRY_SECONDS  # the pause after the next failure
         self.batches = 0
         self.saves = 0
         self.mirrors = 0
@@ -346,6 +353,7 @@ class Saving:
         self.mirrors += 1
         self._failing = False
         self.mirror_not_before = 0.0
+        self._retry_after = MIRROR_RETRY_SECONDS
         if indexes_follow:  # the rows of these saves, or a step of a rebuild
             self._follow()
         return lagging
@@ -390,11 +398,14 @@ class Saving:
                 log_failure(log, "the indexes did not follow the saves; caught up later", error)
 
     def _mirror_failed(self, error: Exception) -> None:
-        """Try again soon; say so once a spell, unless it was an expected wait (the
-        daemon's own indexer held the lock longer than a mirror waits)."""
-        self.mirror_not_before = time.monotonic() + MIRROR_RETRY_SECONDS
+        """Try again soon, and less often while the failures go on; say so once a spell,
+        unless it was an expected wait (the daemon's own indexer held the lock longer
+        than a mirror waits: brief, so the next try comes as soon as ever)."""
         if isinstance(error, OwnWritersBusy):
+            self.mirror_not_before = time.monotonic() + MIRROR_RETRY_SECONDS
             return
+        self.mirror_not_before = time.monotonic() + self._retry_after
+        self._retry_after = min(self._retry_after * 2, MIRROR_RETRY_MAX_SECONDS)
         if not self._failing:
             if is_locked(error):  # another program holds the database
                 log.warning("the database is locked by another program; the rows wait")

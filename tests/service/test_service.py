@@ -453,3 +453,57 @@ def test_a_mirror_between_two_agents_writes_keeps_the_record_of_the_one_not_queu
     assert noted("a") == noted("b") == []
     in_rows = {row[0] for row in service.db.execute("SELECT content FROM memory_entries")}
     assert {"a after the hand", "b in the same round", "b waits for the rows"} <= in_rows
+
+
+def test_the_mirror_is_tried_less_and_less_often_while_another_program_holds_the_database(
+    service: MemoryService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each try of the mirror waits briefly for another program's lock, on the daemon's
+    memory thread, and saves wait behind it. While that program keeps the database
+    locked, the tries come half as often each time, up to once a second; once the rows
+    take the saves, the next failure is tried again soon. A wait for the daemon's own
+    writers (brief) is tried again soon however often it happens."""
+    import sqlite3
+    from types import SimpleNamespace
+
+    from oryxmem.service import saving as saving_module
+    from oryxmem.store import rows
+    from oryxmem.store.db import OwnWritersBusy, brief_wait
+
+    now = 1000.0  # the saving module's clock, held still: the pauses are read exactly
+    monkeypatch.setattr(saving_module, "time", SimpleNamespace(monotonic=lambda: now))
+    saving = service.saving
+    ref = service.resolve("a")
+
+    def save(content: str) -> None:
+        batch = saving.prepare_batch(ref, [SaveRequest(content, "archival", "api")])
+        saving.write_batch(batch)
+        saving.finish_batch(batch)
+
+    def pauses(tries: int) -> list[float]:
+        found = []
+        with brief_wait(service.db, 10):  # as the memory thread waits
+            for _ in range(tries):
+                saving.mirror_saves()
+                found.append(round(max(saving.mirror_not_before - now, 0.0), 3))
+        return found
+
+    save("while another program holds the database")
+    assert service.db is not None  # opened (and migrated) before the other program locks it
+    other = sqlite3.connect(service.workspace.db_path, timeout=0, isolation_level=None)
+    other.execute("BEGIN EXCLUSIVE")
+    try:
+        assert pauses(7) == [0.05, 0.1, 0.2, 0.4, 0.8, 1.0, 1.0]
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    assert saving.every_answered_save_in_rows is False
+    assert pauses(1) == [0.0]  # the lock let go: in the rows, no pause
+    assert saving.every_answered_save_in_rows
+
+    def busy(*args: object, **kwargs: object) -> bool:
+        raise OwnWritersBusy("database is locked by another thread of this process")
+
+    save("while the daemon's own writer holds it")
+    monkeypatch.setattr(rows, "mirror_appends", busy)
+    assert pauses(3) == [0.05, 0.05, 0.05]
