@@ -490,7 +490,7 @@ def mirror_appends(
     start, all_taken = _agreed_before(db, agent, state, appends)
     # Agreed just before the first append, and no row changed since: the rows are the file
     # as it was then, which had none of these new ids; no need to look them up (a mirror
-    # of a second's saves spends about a tenth of its write lock on that look).
+    # of a second's saves spends about 7 % of its write lock on that look).
     missing = entries if start == 0 else entries_not_in_rows(db, agent, entries)
     insert_rows(db, agent, missing, source)
     if start is None or appends[-1].after is None:  # (None: someone else wrote it too)
