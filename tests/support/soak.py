@@ -3,7 +3,8 @@
 It plays what a workstation does to memory: agents saving over the socket from
 several clients, a human editing MEMORY.md in place and by rename, a stale
 editor buffer written back, `git checkout` of another branch and back, the
-`sqlite3` shell inserting, updating and deleting rows, SIGKILL and restart in
+`sqlite3` shell inserting, updating and deleting rows, another program holding
+the database's write lock for seconds while agents save, SIGKILL and restart in
 the middle of a burst of saves, and a burst of file events larger than the
 kernel's inotify queue. It keeps a model of what must be there and, after every
 few steps, lets the daemon settle and checks:
@@ -22,6 +23,7 @@ from __future__ import annotations
 import os
 import random
 import signal
+import sqlite3
 import threading
 import time
 from collections import Counter
@@ -143,6 +145,7 @@ class Soak:
             (3, self.sql_delete),
             (2, self.kill_and_restart),
             (1, self.inotify_overflow),
+            (2, self.database_held),
         ]
         weights = [w for w, _ in actions]
         deadline = time.monotonic() + seconds if seconds else None
@@ -252,6 +255,24 @@ class Soak:
         acked, maybe = self._savers(6, 10)
         if maybe:
             raise SoakFailure(f"saves of a running daemon failed: {list(maybe)}")
+        self.model.must.update(acked)
+
+    def database_held(self) -> None:
+        """Another program (a script, a database browser) holds the rows' write lock for
+        a while: saves are answered all the same, and the rows follow once it lets go."""
+        other = sqlite3.connect(self.workspace.db_path, timeout=30, isolation_level=None)
+        try:
+            other.execute("BEGIN EXCLUSIVE")
+            hold = self.rng.uniform(0.5, 3.0)
+            acked, maybe = self._savers(3, 8, until=lambda: time.sleep(hold))
+        finally:
+            if other.in_transaction:
+                other.execute("ROLLBACK")
+            other.close()
+        if maybe:
+            raise SoakFailure(
+                f"saves while another program held the database failed: {list(maybe)}"
+            )
         self.model.must.update(acked)
 
     def human_append(self) -> None:
