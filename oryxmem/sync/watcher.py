@@ -128,6 +128,13 @@ class _Events(FileSystemEventHandler):
             if agent is not None and not self.watcher.is_own_write(agent):
                 self.watcher.schedule(agent)
 
+    def on_events_lost(self, event: FileSystemEvent) -> None:
+        """watchdog says events were lost once it has rebuilt its watches after the
+        kernel's queue overflowed: an edit made while it rebuilt them made no event and
+        came after the rescan its log record asked for, so every agent is looked at
+        again. (A watchdog without this event leaves that rescan alone.)"""
+        self.watcher.rescan_soon("file events were lost while the watches were rebuilt")
+
 
 class _DatabaseClosed(FileSystemEventHandler):
     """The database (or its WAL) closed after a write: by another program, since this

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 from support.sync import disagreements, sql, wait_until
+from watchdog import events as watchdog_events
 
 from oryxmem.config import Config, set_value
 from oryxmem.service import MemoryService
@@ -98,6 +99,37 @@ def test_periodic_rescan_catches_what_events_missed(workspace: Workspace) -> Non
         path.parent.mkdir(parents=True)
         path.write_text(f"## 归档记忆\n- [{TS}] no event for this\n")
         wait_until(lambda: disagreements(workspace) == [], timeout=10)
+    finally:
+        watcher.stop()
+
+
+def test_an_edit_while_the_watches_are_rebuilt_after_an_overflow_is_caught_at_once(
+    workspace: Workspace,
+) -> None:
+    """After the kernel's queue overflows, watchdog rebuilds its watches; an editor's
+    save meanwhile makes no event, and comes after the rescan the overflow's log record
+    asked for. The soak met it: the file unseen until the periodic rescan (here: an hour
+    away). watchdog's word that events were lost, queued once it has rebuilt them, makes
+    the watcher look again."""
+    lost_event = getattr(watchdog_events, "EventsLostEvent", None)
+    if lost_event is None:
+        pytest.skip("this watchdog does not say when events were lost")
+    watcher = SyncWatcher(workspace, rescan_seconds=3600.0)
+    watcher.start()
+    try:
+        assert watcher.ready.wait(30)
+        assert watcher.observer is not None
+        watcher.observer.unschedule_all()  # the watches being rebuilt: no event at all
+        path = workspace.memory_path("coder")
+        path.parent.mkdir(parents=True)
+        path.write_text(f"## 归档记忆\n- [{TS}] saved while the watches were rebuilt\n")
+        time.sleep(0.5)
+        assert disagreements(workspace) != []  # unseen: nothing told the watcher
+        watcher_module._Events(watcher).dispatch(
+            lost_event(str(workspace.agents_dir), is_directory=True)
+        )
+        wait_until(lambda: disagreements(workspace) == [], timeout=10)
+        assert watcher.overflows == 1
     finally:
         watcher.stop()
 
