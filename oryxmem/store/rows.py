@@ -13,6 +13,7 @@ import bisect
 import json
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
 from oryxmem.fileio import FileStat
@@ -459,12 +460,14 @@ def mirror_appends(
     """Mirror entries just appended to MEMORY.md into the rows; the caller holds a write
     transaction.
 
-    ``appends`` are consecutive appends of this process, each with the file's stat
-    before and after it. The entries always become rows (those a reconcile has not
-    taken in already), with their history: so they are kept even if the file loses
-    them before the next reconcile (a stale editor buffer, a branch switched), which
-    then puts them back. When the agreed state matches the file as it was before one
-    of the appends (and no row changed since), the state moves to the last stat and
+    ``appends`` are this process's appends in order, each with the file's stat before
+    and after it: consecutive, unless someone else wrote the file between two of them
+    (their mirror waited on a locked database meanwhile). The entries always become
+    rows (those a reconcile has not taken in already), with their history: so they are
+    kept even if the file loses them before the next reconcile (a stale editor buffer,
+    a branch switched), which then puts them back. When the agreed state matches the
+    file as it was before one of the appends, no row changed since, and no one wrote
+    the file between the appends from there on, the state moves to the last stat and
     True says both sides agree; otherwise (someone else wrote too) returns False:
     reconcile soon.
     """
@@ -515,4 +518,11 @@ def _agreed_before(
         return None, False
     stats = [append.before for append in appends]
     start = stats.index(state.file_stat) if state.file_stat in stats else None
+    if start is not None and any(
+        later.before != earlier.after for earlier, later in pairwise(appends[start:])
+    ):
+        # Someone else wrote the file between two of them (an editor's buffer written
+        # back while the database was locked, so their mirror waited): the file the
+        # last one left is not the rows plus these entries. The reconcile judges it.
+        return None, False
     return start, start is None and appends[-1].after == state.file_stat

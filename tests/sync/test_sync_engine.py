@@ -494,6 +494,38 @@ def test_saves_mirrored_out_of_sync_survive_a_stale_buffer_before_the_reconcile(
     assert engine.reconcile_agent("coder").status == "unchanged"
 
 
+def test_saves_before_and_after_a_stale_buffer_in_one_mirror_leave_it_to_the_reconcile(
+    engine: SyncEngine, workspace: Workspace
+) -> None:
+    """Found by the soak: saves, then an editor's stale buffer written back over them by
+    rename, then more saves, all mirrored together (another program held the database
+    meanwhile, so the mirror the new file should have set off could not run). Both sides
+    agreed before the first save, but the file the later saves went to is not the one
+    the earlier ones did: the mirror must not call the rows and that file agreed. It
+    did, and the reconcile then saw nothing to do: the file lacked the first saves and
+    the rows the editor's line, for good."""
+    write(workspace, "coder", f"## 归档记忆\n- [{TS}] old\n")
+    engine.reconcile_all()
+    stale_buffer = workspace.memory_path("coder").read_text()
+    before = append_saves(engine, "coder", "one", "two")
+    tmp = workspace.memory_path("coder").with_name(".MEMORY.md.swp")
+    tmp.write_text(stale_buffer + f"- [{TS}] typed by the human\n")
+    os.replace(tmp, workspace.memory_path("coder"))
+    after = append_saves(engine, "coder", "three")
+    assert after.before != before.after  # the same process's appends, not consecutive
+    assert not record_saves(engine, "coder", [before, after], "socket")  # reconcile it
+    engine.reconcile_agent("coder")
+    assert sorted(lines(workspace, "coder")) == [
+        "old",
+        "one",
+        "three",
+        "two",
+        "typed by the human",
+    ]
+    assert disagreements(workspace) == []
+    assert engine.reconcile_agent("coder").status == "unchanged"
+
+
 def test_a_file_switched_between_reading_and_writing_is_read_again(
     engine: SyncEngine, workspace: Workspace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
