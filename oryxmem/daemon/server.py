@@ -34,7 +34,7 @@ from oryxmem.daemon.reload import CHECK_SECONDS, ConfigFollower
 from oryxmem.daemon.worker import MemoryWorker
 from oryxmem.errors import DaemonAlreadyRunningError
 from oryxmem.fileio import open_regular, raise_open_file_limit
-from oryxmem.heap import share_arenas
+from oryxmem.heap import keep_startup_objects, share_arenas
 from oryxmem.registry import BACKENDS, backend_work
 from oryxmem.service import MemoryService
 from oryxmem.store.db import connect
@@ -99,6 +99,9 @@ class Daemon:
         sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)
         BACKENDS.load(self.config.backend)  # one that cannot be loaded stops us here, in one line
         raise_open_file_limit()  # a lock file (and a MEMORY.md) stays open per agent
+        # The modules and their caches live as long as we do: out of the collector's way,
+        # before any memory is read (what that builds, it may drop; it is collected).
+        log.debug("%d objects of the start-up kept out of collections", keep_startup_objects())
         activated = sockets.from_systemd()
         if activated is not None:
             sock = activated
