@@ -390,6 +390,15 @@ def record_saves(engine: SyncEngine, agent: str, appends: list[Append], source: 
         return table.mirror_appends(engine.db, agent, path, appends, source)
 
 
+def reconciled_to(engine: SyncEngine, workspace: Workspace, expected: list[str]) -> None:
+    """coder's file after a reconcile holds these lines, the rows agree, and a second
+    reconcile finds nothing to do."""
+    engine.reconcile_agent("coder")
+    assert sorted(lines(workspace, "coder")) == expected
+    assert disagreements(workspace) == []
+    assert engine.reconcile_agent("coder").status == "unchanged"
+
+
 def test_saves_mirror_at_once_when_in_sync(engine: SyncEngine, workspace: Workspace) -> None:
     write(workspace, "coder", f"## 归档记忆\n- [{TS}] old\n")
     engine.reconcile_all()
@@ -482,16 +491,7 @@ def test_saves_mirrored_out_of_sync_survive_a_stale_buffer_before_the_reconcile(
     tmp = workspace.memory_path("coder").with_name(".MEMORY.md.swp")
     tmp.write_text(stale_buffer + f"- [{TS}] typed by the human\n")
     os.replace(tmp, workspace.memory_path("coder"))
-    engine.reconcile_agent("coder")
-    assert sorted(lines(workspace, "coder")) == [
-        "from sql",
-        "old",
-        "one",
-        "two",
-        "typed by the human",
-    ]
-    assert disagreements(workspace) == []
-    assert engine.reconcile_agent("coder").status == "unchanged"
+    reconciled_to(engine, workspace, ["from sql", "old", "one", "two", "typed by the human"])
 
 
 def test_saves_before_and_after_a_stale_buffer_in_one_mirror_leave_it_to_the_reconcile(
@@ -514,16 +514,7 @@ def test_saves_before_and_after_a_stale_buffer_in_one_mirror_leave_it_to_the_rec
     after = append_saves(engine, "coder", "three")
     assert after.before != before.after  # the same process's appends, not consecutive
     assert not record_saves(engine, "coder", [before, after], "socket")  # reconcile it
-    engine.reconcile_agent("coder")
-    assert sorted(lines(workspace, "coder")) == [
-        "old",
-        "one",
-        "three",
-        "two",
-        "typed by the human",
-    ]
-    assert disagreements(workspace) == []
-    assert engine.reconcile_agent("coder").status == "unchanged"
+    reconciled_to(engine, workspace, ["old", "one", "three", "two", "typed by the human"])
 
 
 def test_a_file_switched_between_reading_and_writing_is_read_again(
