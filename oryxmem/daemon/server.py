@@ -101,7 +101,8 @@ class Daemon:
         raise_open_file_limit()  # a lock file (and a MEMORY.md) stays open per agent
         # The modules and their caches live as long as we do: out of the collector's way,
         # before any memory is read (what that builds, it may drop; it is collected).
-        log.debug("%d objects of the start-up kept out of collections", keep_startup_objects())
+        frozen = keep_startup_objects()
+        log.debug("%d objects of the start-up kept out of collections", frozen)
         activated = sockets.from_systemd()
         if activated is not None:
             sock = activated

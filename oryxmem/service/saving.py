@@ -107,7 +107,9 @@ class SaveBatch:
 
 @dataclass
 class _Unmirrored:
-    """Consecutive appends to one agent's file whose entries are not yet in the rows."""
+    """One agent's appends whose entries are not yet in the rows, in order: consecutive,
+    unless a mirror that had to come first found the database locked (the rows' mirror
+    then leaves the file to the reconcile: rows.mirror_appends)."""
 
     appends: list[Append]
     source: str
