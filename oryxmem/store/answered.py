@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from collections.abc import Collection, Sequence
 from pathlib import Path
 
@@ -85,6 +86,10 @@ class AnsweredLog:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._end: int | None = None  # where this process last left the end of the records
+        # The log kept open between records (saves come one after another), and which
+        # file it is (inode, device): used while the path still names that file.
+        self._fd: int | None = None
+        self._held: tuple[int, int] | None = None
 
     def _end_of_records(self, fd: int) -> int:
         """Where the next record goes: after the last whole one (a record a crash cut
@@ -112,19 +117,47 @@ class AnsweredLog:
         if intent is not None:
             record["intent"] = intent.to_fields()
         data = RECORD_HEAD + json.dumps(record)[1:].encode("ascii") + b"\n"
-        fd = self._open(os.O_RDWR | os.O_CREAT)
+        fd, size = self._writable()
+        start = self._end_of_records(fd)  # the caller holds the lock: no one else writes
+        ahead = start + len(data) > size
         try:
-            start = self._end_of_records(fd)  # the caller holds the lock: no one else writes
-            ahead = start + len(data) > os.fstat(fd).st_size
+            _write_at(fd, data + bytes(GROW_BYTES) if ahead else data, start)
+            os.fdatasync(fd)
+        except OSError:
             try:
-                _write_at(fd, data + bytes(GROW_BYTES) if ahead else data, start)
-                os.fdatasync(fd)
-            except OSError:
                 os.pwrite(fd, bytes(len(data)), start)  # no half record to run into
-                raise
-            self._end = start + len(data)
-            return start
-        finally:
+            finally:
+                self.close()
+            raise
+        self._end = start + len(data)
+        return start
+
+    def _writable(self) -> tuple[int, int]:
+        """The log open for writing, and its size now: the file kept open since the last
+        record while the path still names it (the same regular file, one link), else
+        opened anew (one stat a record instead of an open, its checks and a close)."""
+        if self._fd is not None:
+            try:
+                info: os.stat_result | None = os.lstat(self.path)
+            except FileNotFoundError:
+                info = None
+            if (
+                info is not None
+                and (info.st_ino, info.st_dev) == self._held
+                and stat.S_ISREG(info.st_mode)
+                and info.st_nlink == 1
+            ):
+                return self._fd, info.st_size
+            self.close()
+        fd = self._open(os.O_RDWR | os.O_CREAT)
+        info = os.fstat(fd)
+        self._fd, self._held = fd, (info.st_ino, info.st_dev)
+        return fd, info.st_size
+
+    def close(self) -> None:
+        """Let go of the file kept open for records."""
+        fd, self._fd, self._held = self._fd, None, None
+        if fd is not None:
             os.close(fd)
 
     def _open(self, flags: int) -> int:

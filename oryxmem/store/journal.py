@@ -146,3 +146,4 @@ class MemoryJournal:
         """Close the kept fd. What saves appended and was not synced is left to the
         kernel, its records open for the next replay (settle_locked first to sync it)."""
         self.appender.close()
+        self.log.close()
