@@ -166,9 +166,9 @@ class Saving:
 
     def others_are_writing(self, ref: AgentRef) -> bool:
         """Is another program at work on this agent's MEMORY.md (an editor writing it
-        again in place)? A save to it now would wait until it is done."""
+        again in place)? A save to it now would wait until it is done. Only looks (stats):
+        the folder's checks come with the save's own (prepare_batch)."""
         try:
-            self.shared.check_folder(ref)
             return self.shared.files.get(ref.agent).others_are_writing()
         except (OryxError, OSError):
             return False  # the save itself says what is wrong
