@@ -139,7 +139,7 @@ class AnsweredLog:
         if self._fd is not None:
             try:
                 info: os.stat_result | None = os.lstat(self.path)
-            except FileNotFoundError:
+            except OSError:  # gone, or not to be looked at: opening it says which
                 info = None
             if (
                 info is not None
