@@ -22,10 +22,11 @@ def noted(log: AnsweredLog) -> list[str]:
 
 
 def open_fds_on(path: Path) -> int:
+    """This process's descriptors on the file at path (both sides resolved, so a
+    temporary folder reached through a link counts too)."""
+    target = os.path.realpath(path)
     return sum(
-        1
-        for fd in os.listdir("/proc/self/fd")
-        if os.path.realpath(f"/proc/self/fd/{fd}") == str(path)
+        1 for fd in os.listdir("/proc/self/fd") if os.path.realpath(f"/proc/self/fd/{fd}") == target
     )
 
 
