@@ -333,8 +333,18 @@ def test_a_round_of_several_agents_written_either_way_answers_each_once_it_is_du
     worker.start()
     try:
         for round_ in range(6):
-            gate = threading.Event()
-            worker.call(lambda s, gate=gate: gate.wait(30))  # the round's saves queue behind it
+            gate, held = threading.Event(), threading.Event()
+
+            def hold(
+                _: MemoryService, gate: threading.Event = gate, held: threading.Event = held
+            ) -> None:
+                held.set()
+                gate.wait(30)
+
+            worker.call(hold)
+            # The thread is in the call before any save is queued: the round's saves come
+            # in one batch after it (not some of them in the call's own batch).
+            assert held.wait(30)
             futures = []
             for agent in agents:
                 future = worker.save(service.resolve(agent), SaveRequest(f"round {round_}"))
