@@ -329,12 +329,15 @@ class Saving:
         records, records_since = self._take_records()
         lagging = list(pending)
         db = self.shared.db
+        staged = [(agent, saves.appends, saves.source) for agent, saves in pending.items()]
         try:
-            with unsynced_transaction(db):  # synced below, with the write lock let go
+            # The rows are built before the write lock is taken, and moved in under it;
+            # the commit is synced below, with the lock let go.
+            with rows.staged_appends(db, staged), unsynced_transaction(db):
                 insert_tool_records(db, records)
                 for agent, saves in pending.items():
                     path = str(self.shared.workspace.memory_path(agent))
-                    if rows.mirror_appends(db, agent, path, saves.appends, saves.source):
+                    if rows.mirror_appends(db, agent, path, saves.appends):
                         lagging.remove(agent)
                     for repair in self.shared.files.get(agent).take_repairs():
                         log.warning("%s", repair)

@@ -11,15 +11,18 @@ from __future__ import annotations
 
 import bisect
 import json
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
 from oryxmem.fileio import FileStat
+from oryxmem.store import staging
 from oryxmem.store.db import Executes, insert_values, select_in
 from oryxmem.store.format import SCOPES, Entry, EntryIds
 from oryxmem.store.markdown import Append
+from oryxmem.store.staging import StagedEntry
 
 if TYPE_CHECKING:
     from oryxmem.store.db import Database
@@ -119,6 +122,24 @@ def is_settled(db: Executes, agent: str, stat: FileStat | None) -> bool:
 def write_state(db: Database, state: SyncState, previous: Sequence[str] | None = None) -> None:
     """Record what both sides agree on. With ``previous`` (the agreed ids before), only the
     difference is written: a save to a 100,000-entry file adds one row, not 100,000."""
+    write_state_row(db, state)
+    if previous is None:
+        db.execute("DELETE FROM sync_agreed WHERE agent = ?", [state.agent])
+        added, removed = set(state.agreed), set()
+    else:
+        before, after = set(previous), set(state.agreed)
+        added, removed = after - before, before - after
+    db.conn.executemany(
+        "DELETE FROM sync_agreed WHERE agent = ? AND entry_id = ?",
+        [[state.agent, i] for i in removed],
+    )
+    insert_values(
+        db, "INSERT OR IGNORE INTO sync_agreed(agent, entry_id)", [(state.agent, i) for i in added]
+    )
+
+
+def write_state_row(db: Database, state: SyncState) -> None:
+    """The agent's row of sync_state as ``state`` has it (its agreed ids are not written)."""
     stat = state.file_stat
     db.execute(
         "INSERT INTO sync_state(agent, path, inode, size, mtime_ns, ctime_ns, sha256, status,"
@@ -139,19 +160,6 @@ def write_state(db: Database, state: SyncState, previous: Sequence[str] | None =
             state.change_seq,
             json.dumps(state.notes, ensure_ascii=False),
         ],
-    )
-    if previous is None:
-        db.execute("DELETE FROM sync_agreed WHERE agent = ?", [state.agent])
-        added, removed = set(state.agreed), set()
-    else:
-        before, after = set(previous), set(state.agreed)
-        added, removed = after - before, before - after
-    db.conn.executemany(
-        "DELETE FROM sync_agreed WHERE agent = ? AND entry_id = ?",
-        [[state.agent, i] for i in removed],
-    )
-    insert_values(
-        db, "INSERT OR IGNORE INTO sync_agreed(agent, entry_id)", [(state.agent, i) for i in added]
     )
 
 
@@ -454,11 +462,36 @@ def agreed_state(
     )
 
 
-def mirror_appends(
-    db: Database, agent: str, path: str, appends: Sequence[Append], source: str
-) -> bool:
-    """Mirror entries just appended to MEMORY.md into the rows; the caller holds a write
-    transaction.
+def staged_appends(
+    db: Database, batches: Iterable[tuple[str, Sequence[Append], str]]
+) -> AbstractContextManager[None]:
+    """The entries of these appends ((agent, appends, source) each) and their history,
+    staged for mirror_appends (store/staging.py): taken before the write transaction,
+    left around it."""
+    history: list[HistoryRow] = []
+    entries: list[StagedEntry] = []
+    for agent, appends, source in batches:
+        places = dict.fromkeys(SCOPES, 0)
+        for append_no, append in enumerate(appends):
+            for entry in append.entries:
+                history.append(
+                    history_row(
+                        agent,
+                        "add",
+                        source,
+                        entry,
+                        written_ns=append.written_ns,
+                        after_others=append.after_others,
+                    )
+                )
+                places[entry.scope] += 1
+                entries.append((agent, append_no, *entry, source, places[entry.scope]))
+    return staging.staged(db, history, entries)
+
+
+def mirror_appends(db: Database, agent: str, path: str, appends: Sequence[Append]) -> bool:
+    """Mirror entries just appended to MEMORY.md into the rows; they were staged
+    (staged_appends), and the caller holds a write transaction.
 
     ``appends`` are this process's appends in order, each with the file's stat before
     and after it: consecutive, unless someone else wrote the file between two of them
@@ -471,36 +504,19 @@ def mirror_appends(
     True says both sides agree; otherwise (someone else wrote too) returns False:
     reconcile soon.
     """
-    entries = [entry for append in appends for entry in append.entries]
-    record_history_rows(
-        db,
-        [
-            history_row(
-                agent,
-                "add",
-                source,
-                entry,
-                written_ns=append.written_ns,
-                after_others=append.after_others,
-            )
-            for append in appends
-            for entry in append.entries
-        ],
-    )
+    staging.move_history(db, agent)
     # Whether both sides agreed just before these appends: asked before the rows go in
     # (their insert is itself a change to the rows).
     state = read_state(db, agent, with_agreed=False)
     start, all_taken = _agreed_before(db, agent, state, appends)
     # Agreed just before the first append, and no row changed since: the rows are the file
-    # as it was then, which had none of these new ids; no need to look them up (a mirror
-    # of a second's saves spends about 7 % of its write lock on that look).
-    missing = entries if start == 0 else entries_not_in_rows(db, agent, entries)
-    insert_rows(db, agent, missing, source)
+    # as it was then, which had none of these new ids; no need to look them up.
+    added = staging.move_entries(db, agent, only_missing=start != 0)
     if start is None or appends[-1].after is None:  # (None: someone else wrote it too)
-        return all_taken and not missing
-    agreed = [e.entry_id for append in appends[start:] for e in append.entries]
+        return all_taken and not added
     notes = state.notes if state is not None else []
-    write_state(db, agreed_state(db, agent, path, appends[-1].after, None, agreed, notes), [])
+    write_state_row(db, agreed_state(db, agent, path, appends[-1].after, None, [], notes))
+    staging.move_agreed(db, agent, start)
     return True
 
 

@@ -384,10 +384,11 @@ def append_saves(engine: SyncEngine, agent: str, *contents: str) -> Append:
 
 
 def record_saves(engine: SyncEngine, agent: str, appends: list[Append], source: str) -> bool:
-    """What the service's mirror does with appends: the rows, in one transaction."""
+    """What the service's mirror does with appends: the rows staged, then in one
+    transaction."""
     path = str(engine.workspace.memory_path(agent))
-    with write_transaction(engine.db):
-        return table.mirror_appends(engine.db, agent, path, appends, source)
+    with table.staged_appends(engine.db, [(agent, appends, source)]), write_transaction(engine.db):
+        return table.mirror_appends(engine.db, agent, path, appends)
 
 
 def reconciled_to(engine: SyncEngine, workspace: Workspace, expected: list[str]) -> None:
@@ -443,14 +444,15 @@ def test_a_mirror_in_sync_looks_the_entries_up_only_when_a_reconcile_came_betwee
     try:
         first = append_saves(engine, "coder", "one")
         assert record_saves(engine, "coder", [first], "socket")
-        looked_up = [s for s in statements if "entry_id IN (" in s]
+        looked_up = [s for s in statements if "NOT EXISTS (SELECT 1 FROM memory_entries" in s]
         assert looked_up == []
+        assert [s for s in statements if s.startswith("INSERT INTO memory_entries")] != []
         second = append_saves(engine, "coder", "two")
         engine.reconcile_agent("coder")
         third = append_saves(engine, "coder", "three")
         statements.clear()
         assert record_saves(engine, "coder", [second, third], "socket")
-        assert [s for s in statements if "entry_id IN (" in s] != []
+        assert [s for s in statements if "NOT EXISTS (SELECT 1 FROM memory_entries" in s] != []
     finally:
         engine.db.conn.set_trace_callback(None)
     assert sorted(e[2] for e in row_items(workspace, "coder").elements()) == [
