@@ -29,7 +29,7 @@ ENTRIES = f"{SCHEMA}.entries"
 
 # memory_history's default for ``at`` (schema.py), as a subquery SQLite evaluates once
 # for the statement: as the default, it was evaluated (the local time zone looked up)
-# once for each row, about a third of the history's time under the lock.
+# once for each row, about a quarter of the history's time under the lock.
 HISTORY_AT = "SELECT strftime('%Y-%m-%d %H:%M:%S', 'now', 'localtime')"
 # memory_history's columns, in the order of rows.history_row.
 HISTORY_COLUMNS = (
@@ -59,10 +59,10 @@ StagedEntry = tuple[str, int, str, str | None, str, str, str, int]
 def staged(
     db: Database, history: Sequence[Sequence[Any]], entries: Sequence[StagedEntry]
 ) -> Iterator[None]:
-    """History rows (HISTORY_COLUMNS each) and entries in the TEMP tables for the block,
+    """History rows (HISTORY_COLUMNS each) and entries in the staging tables for the block,
     in order; emptied after it, whatever it did."""
     _create(db)
-    with _temp_writes(db):
+    with _staging_writes(db):
         db.conn.executemany(
             f"INSERT INTO {HISTORY} ({HISTORY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             history,
@@ -75,13 +75,13 @@ def staged(
     try:
         yield
     finally:
-        with _temp_writes(db):
+        with _staging_writes(db):
             db.execute(f"DELETE FROM {HISTORY}")
             db.execute(f"DELETE FROM {ENTRIES}")
 
 
 @contextmanager
-def _temp_writes(db: Database) -> Iterator[None]:
+def _staging_writes(db: Database) -> Iterator[None]:
     """One transaction around writes to the staging tables only (it locks no database
     file); inside a transaction already open, part of it."""
     if db.conn.in_transaction:
