@@ -20,7 +20,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from oryxmem.store.db import Database
+from oryxmem.store.db import Database, insert_values
 from oryxmem.store.format import ARCHIVAL, CORE
 
 SCHEMA = "staging"  # an in-memory database attached to the connection
@@ -62,14 +62,12 @@ def staged(
     """History rows (HISTORY_COLUMNS each) and entries in the staging tables for the block,
     in order; emptied after it, whatever it did."""
     _create(db)
-    with _staging_writes(db):
-        db.conn.executemany(
-            f"INSERT INTO {HISTORY} ({HISTORY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            history,
-        )
-        db.conn.executemany(
+    with _staging_writes(db):  # many rows to a statement: few hand-offs of the GIL
+        insert_values(db, f"INSERT INTO {HISTORY} ({HISTORY_COLUMNS})", history)
+        insert_values(
+            db,
             f"INSERT INTO {ENTRIES} (agent, append_no, scope, ts, content, entry_id, source,"
-            " place) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            " place)",
             entries,
         )
     try:
