@@ -294,8 +294,7 @@ def history_row(
 def record_history_rows(db: Database, rows: Sequence[HistoryRow]) -> None:
     insert_values(
         db,
-        "INSERT INTO memory_history(agent, op, source, scope, entry_id, ts, content, detail,"
-        " written_ns, written_after_others)",
+        f"INSERT INTO memory_history({staging.HISTORY_COLUMNS})",
         rows,
     )
 
@@ -369,7 +368,7 @@ def insert_rows(db: Database, agent: str, entries: Sequence[Entry], source: str)
     ids after the largest are ours to give (the ones SQLite would have chosen)."""
     if not entries:
         return
-    next_seq = _next_seqs(db, agent)
+    next_seq = next_seqs(db, agent)
     last = db.execute("SELECT coalesce(max(id), 0) FROM memory_entries").fetchone()[0]
     values = []
     for row_id, entry in enumerate(entries, last + 1):
@@ -382,7 +381,7 @@ def insert_rows(db: Database, agent: str, entries: Sequence[Entry], source: str)
     )
 
 
-def _next_seqs(db: Database, agent: str) -> dict[str, int]:
+def next_seqs(db: Database, agent: str) -> dict[str, int]:
     """The next position in each section: one probe of the (agent, scope, seq) index each."""
     return {
         scope: int(
@@ -511,7 +510,7 @@ def mirror_appends(db: Database, agent: str, path: str, appends: Sequence[Append
     start, all_taken = _agreed_before(db, agent, state, appends)
     # Agreed just before the first append, and no row changed since: the rows are the file
     # as it was then, which had none of these new ids; no need to look them up.
-    added = staging.move_entries(db, agent, only_missing=start != 0)
+    added = staging.move_entries(db, agent, next_seqs(db, agent), only_missing=start != 0)
     if start is None or appends[-1].after is None:  # (None: someone else wrote it too)
         return all_taken and not added
     notes = state.notes if state is not None else []

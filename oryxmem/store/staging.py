@@ -16,7 +16,7 @@ mirror that failed stages its saves again when it is tried again.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -104,18 +104,13 @@ def move_history(db: Database, agent: str) -> None:
     )
 
 
-def move_entries(db: Database, agent: str, *, only_missing: bool) -> int:
+def move_entries(
+    db: Database, agent: str, next_seqs: Mapping[str, int], *, only_missing: bool
+) -> int:
     """The staged entries of an agent into memory_entries, in order, each after the
-    others of its section (with ``only_missing``, those whose id no row of the agent has
-    yet). Returns how many went in. The caller holds the write transaction."""
-    # The last position of each section: one probe of the (agent, scope, seq) index each.
-    core, archival = (
-        db.execute(
-            "SELECT coalesce(max(seq), 0) FROM memory_entries WHERE agent = ? AND scope = ?",
-            [agent, scope],
-        ).fetchone()[0]
-        for scope in (CORE, ARCHIVAL)
-    )
+    others of its section (``next_seqs``: the next position in each; with
+    ``only_missing``, those whose id no row of the agent has yet). Returns how many went
+    in. The caller holds the write transaction."""
     if only_missing:  # some may be rows already: the rest are numbered as they come
         picked = (
             " AND NOT EXISTS (SELECT 1 FROM memory_entries e"
@@ -127,8 +122,8 @@ def move_entries(db: Database, agent: str, *, only_missing: bool) -> int:
     cursor = db.execute(
         "INSERT INTO memory_entries(agent, scope, ts, content, entry_id, seq, source)"
         f" SELECT agent, scope, ts, content, entry_id, CASE scope WHEN ?2 THEN ?3 ELSE ?4 END"
-        f" + {place}, source FROM {ENTRIES} s WHERE agent = ?1{picked} ORDER BY n",
-        [agent, CORE, core, archival],
+        f" + {place} - 1, source FROM {ENTRIES} s WHERE agent = ?1{picked} ORDER BY n",
+        [agent, CORE, next_seqs[CORE], next_seqs[ARCHIVAL]],
     )
     return cursor.rowcount
 
