@@ -549,16 +549,25 @@ class ConcurrentChange(Exception):
 
 
 def retry_on_change(
-    attempts: int, work: Callable[[], T], before_retry: Callable[[], None] = lambda: None
+    attempts: int,
+    work: Callable[[], T],
+    before_retry: Callable[[], None] = lambda: None,
+    *,
+    patience: float = 0.0,
 ) -> T:
     """``work()``, tried again (after ``before_retry``) while another writer changes the
-    file under it; the last attempt's ConcurrentChange is the caller's to handle."""
-    for _ in range(attempts - 1):
+    file under it: ``attempts`` times, and for ``patience`` s at least. The last
+    attempt's ConcurrentChange is the caller's to handle."""
+    deadline = time.monotonic() + patience
+    tried = 0
+    while True:
         try:
             return work()
         except ConcurrentChange:
+            tried += 1
+            if tried >= attempts and time.monotonic() >= deadline:
+                raise
             before_retry()
-    return work()
 
 
 def raise_open_file_limit() -> int:

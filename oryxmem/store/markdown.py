@@ -62,6 +62,11 @@ log = logging.getLogger("oryxmem")
 # How often a save reads the file again when another writer keeps changing it, and
 # how often a read starts over when the file changes while it is being read.
 SAVE_ATTEMPTS = 20
+# And for how long at least: well past a spell's QUIET_PATIENCE. Within the spell each
+# try waits for the other writer, and one that replaces the file more often than a try
+# takes (an editor saving again and again from old buffers, on a busy machine) moves
+# it under every try; after the spell only a replace between the read and the write does.
+SAVE_PATIENCE_SECONDS = 5.0
 # A file someone else wrote in place is written (appended to, or replaced) only once
 # nothing has written it for QUIET_SECONDS, waiting at most QUIET_PATIENCE: an editor that
 # truncates and writes again in pieces would write over an append, or into the inode a
@@ -232,7 +237,10 @@ class MarkdownMemoryStore(LongTermMemoryStore):
         sync, not two): MEMORY.md is synced by ``rows_have_answered`` or ``settle``."""
         with self.lock.hold():
             entries, before, after_others = retry_on_change(
-                SAVE_ATTEMPTS, lambda: self.append_locked(additions, sync=settle), self.forget
+                SAVE_ATTEMPTS,
+                lambda: self.append_locked(additions, sync=settle),
+                self.forget,
+                patience=SAVE_PATIENCE_SECONDS,
             )
             written_ns = time.time_ns()  # under the lock: writes to the file are in its order
             self.tombstones.lift(entry.entry_id for entry in entries)  # saved again on purpose

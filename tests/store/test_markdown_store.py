@@ -20,6 +20,7 @@ from support.processes import SAMPLES
 from oryxmem import fileio
 from oryxmem.errors import MemoryFileConflictedError, MemoryFileUnreadableError, OryxError
 from oryxmem.fileio import AppendIntent, ConcurrentChange, FileLock, wait_until_quiet
+from oryxmem.store import markdown
 from oryxmem.store.base import StoreLimits
 from oryxmem.store.format import ARCHIVAL, CORE, NewEntry, parse
 from oryxmem.store.markdown import MarkdownMemoryStore
@@ -447,6 +448,60 @@ def test_an_append_never_goes_to_a_file_replaced_since_it_was_read(tmp_path: Pat
             store.edit_locked([NewEntry("archival", TS, "second")], (), based_on=read)
         assert store.path.read_bytes() == before
     assert [e.content for e in store.entries()[1]] == ["from the other branch"]
+
+
+def test_a_save_outlasts_an_editor_that_replaces_the_file_under_every_try(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by the soak: an editor saving again and again from an old buffer, on a busy
+    machine, renamed its copy over MEMORY.md between the save's read and its write on
+    more tries than SAVE_ATTEMPTS. The save keeps trying (SAVE_PATIENCE_SECONDS) and
+    lands in the file as it is once the editor lets a try through."""
+    store = open_store(tmp_path)
+    store.append("first")
+    replaced = replaced_after_each_read(store, monkeypatch, markdown.SAVE_ATTEMPTS + 10)
+    appended = store.append_many([NewEntry("archival", TS, "second")])
+    assert len(replaced) == markdown.SAVE_ATTEMPTS + 10  # every one of those tries moved
+    assert [e.content for e in appended.entries] == ["second"]
+    assert store.path.stat().st_ino == replaced[-1], "written to the file as the editor left it"
+    assert [e.content for e in parse(store.path.read_text()).archival] == ["first", "second"]
+
+
+def test_a_save_gives_up_on_a_file_replaced_under_every_try_for_its_patience(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Bounded: a writer that never lets a try through gets the save refused (the caller
+    hears it), after SAVE_ATTEMPTS tries and SAVE_PATIENCE_SECONDS, with nothing written."""
+    store = open_store(tmp_path)
+    store.append("first")
+    monkeypatch.setattr(markdown, "SAVE_PATIENCE_SECONDS", 0.2)
+    replaced = replaced_after_each_read(store, monkeypatch, None)
+    began = time.monotonic()
+    with pytest.raises(ConcurrentChange):
+        store.append_many([NewEntry("archival", TS, "second")])
+    assert len(replaced) >= markdown.SAVE_ATTEMPTS and time.monotonic() - began >= 0.2
+    assert [e.content for e in parse(store.path.read_text()).archival] == ["first"]
+
+
+def replaced_after_each_read(
+    store: MarkdownMemoryStore, monkeypatch: pytest.MonkeyPatch, times: int | None
+) -> list[int]:
+    """An editor renames its copy over MEMORY.md right after each of the store's reads
+    (``times`` times, or always): the inodes it left, in order."""
+    replaced: list[int] = []
+    parse_locked = store._parseable_locked
+
+    def read_then_replaced() -> object:
+        cached = parse_locked()
+        if times is None or len(replaced) < times:
+            copy = store.path.with_name(".MEMORY.md.swp")
+            copy.write_bytes(store.path.read_bytes())
+            os.replace(copy, store.path)
+            replaced.append(store.path.stat().st_ino)
+        return cached
+
+    monkeypatch.setattr(store, "_parseable_locked", read_then_replaced)
+    return replaced
 
 
 def orphaned_edit(store: MarkdownMemoryStore, typed: str) -> None:
