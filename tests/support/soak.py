@@ -194,9 +194,16 @@ class Soak:
         takes seconds to type (a file removed mid-reconcile would keep the rows the
         daemon had not yet recorded as in it: they look added since)."""
         deadline = time.monotonic() + SETTLE_SECONDS
-        while time.monotonic() < deadline and (
-            disagreements(self.workspace) or unsettled(self.workspace)
-        ):
+        while True:
+            differ = disagreements(self.workspace)
+            behind = [] if differ else unsettled(self.workspace)
+            if not (differ or behind):
+                return
+            if time.monotonic() > deadline:  # what comes next would build on a guess
+                raise SoakFailure(
+                    f"not settled after {SETTLE_SECONDS:.0f} s: differences"
+                    f" {str(differ)[:2000]}, agreed state behind the file of {behind}"
+                )
             time.sleep(0.05)
 
     def write_by_rename(self, path: Path, text: str) -> None:
