@@ -43,6 +43,11 @@ def staged_counts(db: Database) -> list[int]:
     ]
 
 
+def move_entries(db: Database, agent: str, *, only_missing: bool) -> int:
+    """As the mirror moves them: after the others of each section."""
+    return staging.move_entries(db, agent, rows.next_seqs(db, agent), only_missing=only_missing)
+
+
 def test_staging_takes_no_lock_and_the_rows_move_in_whole_after_the_others(
     tmp_path: Path,
 ) -> None:
@@ -65,14 +70,8 @@ def test_staging_takes_no_lock_and_the_rows_move_in_whole_after_the_others(
         with write_transaction(db):
             for agent in ("coder", "tester"):
                 staging.move_history(db, agent)
-            assert (
-                staging.move_entries(db, "coder", rows.next_seqs(db, "coder"), only_missing=False)
-                == 3
-            )
-            assert (
-                staging.move_entries(db, "tester", rows.next_seqs(db, "tester"), only_missing=False)
-                == 1
-            )
+            assert move_entries(db, "coder", only_missing=False) == 3
+            assert move_entries(db, "tester", only_missing=False) == 1
     finally:
         staged.__exit__(None, None, None)
     assert staged_counts(db) == [0, 0]
@@ -106,9 +105,7 @@ def test_only_the_missing_move_in_numbered_without_gaps_and_the_agreed_ids_from_
         rows.insert_rows(db, "coder", [one], "file")
     staged = rows.staged_appends(db, [("coder", [append(one, two), append(three)], "socket")])
     with staged, write_transaction(db):
-        assert (
-            staging.move_entries(db, "coder", rows.next_seqs(db, "coder"), only_missing=True) == 2
-        )
+        assert move_entries(db, "coder", only_missing=True) == 2
         staging.move_agreed(db, "coder", 1)
     assert shell(path, "SELECT seq, content FROM memory_entries ORDER BY id") == [
         "1|one",
@@ -126,7 +123,7 @@ def test_a_mirror_that_fails_leaves_nothing_in_the_rows_and_nothing_staged(
     staged = rows.staged_appends(db, [("coder", [append(entry("core", "one"))], "socket")])
     with pytest.raises(RuntimeError), staged, write_transaction(db):
         staging.move_history(db, "coder")
-        staging.move_entries(db, "coder", rows.next_seqs(db, "coder"), only_missing=False)
+        move_entries(db, "coder", only_missing=False)
         raise RuntimeError("the disk is gone")
     assert staged_counts(db) == [0, 0]
     assert shell(path, "SELECT count(*) FROM memory_entries") == ["0"]

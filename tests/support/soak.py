@@ -193,18 +193,25 @@ class Soak:
         """Let what is in flight reach both sides and be recorded as agreed, as a human
         takes seconds to type (a file removed mid-reconcile would keep the rows the
         daemon had not yet recorded as in it: they look added since)."""
+        self._until_none(self._unsettled, "not settled", every=0.05)
+
+    def _unsettled(self) -> list[str]:
+        """How the two sides differ, or else whose agreed state lags behind its file."""
+        differ = disagreements(self.workspace)
+        if differ:
+            return differ
+        return [f"{agent!r}: agreed state behind the file" for agent in unsettled(self.workspace)]
+
+    def _until_none(self, problems: Callable[[], list[str]], what: str, every: float) -> None:
+        """Wait (SETTLE_SECONDS at most, looking every ``every`` s) until ``problems`` finds
+        none; fail with what it found last, so the soak never builds on a guess."""
         deadline = time.monotonic() + SETTLE_SECONDS
-        while True:
-            differ = disagreements(self.workspace)
-            behind = [] if differ else unsettled(self.workspace)
-            if not (differ or behind):
-                return
-            if time.monotonic() > deadline:  # what comes next would build on a guess
-                raise SoakFailure(
-                    f"not settled after {SETTLE_SECONDS:.0f} s: differences"
-                    f" {str(differ)[:2000]}, agreed state behind the file of {behind}"
-                )
-            time.sleep(0.05)
+        found = problems()
+        while found:
+            if time.monotonic() > deadline:
+                raise SoakFailure(f"{what} after {SETTLE_SECONDS:.0f} s: " + "; ".join(found[:10]))
+            time.sleep(every)
+            found = problems()
 
     def write_by_rename(self, path: Path, text: str) -> None:
         tmp = path.with_name(f".{path.name}.swp")
@@ -544,13 +551,7 @@ class Soak:
     # --- the check ----------------------------------------------------------------
 
     def settle_and_check(self) -> None:
-        deadline = time.monotonic() + SETTLE_SECONDS
-        problems = self.problems()
-        while problems and time.monotonic() < deadline:
-            time.sleep(0.1)
-            problems = self.problems()
-        if problems:
-            raise SoakFailure("; ".join(problems[:10]))
+        self._until_none(self.problems, "not as the model says", every=0.1)
         self.stats["settles"] += 1
 
     def problems(self) -> list[str]:
