@@ -22,6 +22,8 @@ entry's length, so every score is what it was.
 
 from __future__ import annotations
 
+import json
+from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -52,6 +54,17 @@ COMMON_ENTRIES = 2000
 # (about 3 ms a word): words held by more are all as common as the query needs to know.
 RAREST_CAP = 16 * COMMON_ENTRIES
 HELD_KEPT = 1024  # words' counts kept (bm25._held), all of them let go when full
+# The entries around a step's rows (their contexts, the rows whose context they are) are
+# read for each agent at once: its entries from its first row to its last, and
+# LOOK_BACK before them. Fewer than READ_AT_ONCE rows, or rows further apart than
+# SPAN_PER_ROW places each (and SPAN_SLACK), are looked up one by one instead, as is a
+# row whose context is not all in what was read (an entry before it out of its time
+# span). Saves arriving together are neighbours: a query per row cost about a third of
+# taking a row in.
+LOOK_BACK = 4 * CONTEXT_ENTRIES
+READ_AT_ONCE = 4
+SPAN_PER_ROW = 4
+SPAN_SLACK = 64
 
 
 KEY_BITS = 40  # a row id below 2**40; an agent's slot above it
@@ -128,11 +141,12 @@ class BM25Index(DerivedIndex):
                 slots[row.agent] = _slot_made(db, row.agent)
             keys.append((row.row_id, slots[row.agent] << KEY_BITS | row.row_id))
         insert_values(db, "INSERT INTO memory_terms_keys(row_id, key)", keys)
+        contexts = self._contexts(db, rows)
         insert_values(
             db,
             "INSERT INTO memory_terms(rowid, body, context, agent, scope, seq)",
             [
-                (key, self._text(r.content), self._context(db, r), r.agent, r.scope, r.seq)
+                (key, self._text(r.content), contexts.get(r.row_id, ""), r.agent, r.scope, r.seq)
                 for (_, key), r in zip(keys, rows, strict=True)
             ],
         )
@@ -181,13 +195,15 @@ class BM25Index(DerivedIndex):
         return held
 
     def _context(self, db: Executes, row: IndexRow) -> str:
+        """The row's context: the text of the CONTEXT_ENTRIES archival entries before it
+        written within CONTEXT_SECONDS before it, the nearest first."""
         if row.scope != ARCHIVAL or row.ts is None:
             return ""
         before = db.execute(
             "SELECT content FROM memory_entries WHERE agent = ? AND scope = ? AND seq < ?"
             " AND ts IS NOT NULL AND ts <= ?"
             " AND ts >= strftime('%Y-%m-%d %H:%M:%S', ?, ?)"
-            " ORDER BY seq DESC LIMIT ?",
+            " ORDER BY seq DESC, id DESC LIMIT ?",
             [
                 row.agent,
                 ARCHIVAL,
@@ -198,7 +214,31 @@ class BM25Index(DerivedIndex):
                 CONTEXT_ENTRIES,
             ],
         )
-        return " ".join(self._text(content) for (content,) in before if isinstance(content, str))
+        return self._joined(content for (content,) in before)
+
+    def _joined(self, contents: Any) -> str:
+        return " ".join(self._text(content) for content in contents if isinstance(content, str))
+
+    def _contexts(self, db: Executes, rows: Sequence[IndexRow]) -> dict[int, str]:
+        """Each row's context (_context, by row id; none for a row that has none), with
+        each agent's entries around its rows read at once (_read_before)."""
+        by_agent: dict[str, list[IndexRow]] = {}
+        for row in rows:
+            if row.scope == ARCHIVAL and row.ts is not None:
+                by_agent.setdefault(row.agent, []).append(row)
+        contexts: dict[int, str] = {}
+        for agent, mine in by_agent.items():
+            read = _read_before(db, agent, [row.seq for row in mine])
+            earliest = _earliest(db, {r.ts for r in mine if isinstance(r.ts, str)}) if read else {}
+            places = [seq for seq, _, _ in read or ()]
+            for row in mine:
+                found = None
+                if read is not None:
+                    found = _before(read, bisect_left(places, row.seq), row, earliest)
+                contexts[row.row_id] = (
+                    self._context(db, row) if found is None else self._joined(found)
+                )
+        return contexts
 
     def dependents(self, db: Executes, row_ids: Sequence[int]) -> list[int]:
         """The entries whose context a changed row is (or was): the ones after it, where
@@ -215,16 +255,12 @@ class BM25Index(DerivedIndex):
         ):
             if scope == ARCHIVAL and seq is not None:
                 places.add((agent, int(seq)))
-        after: set[int] = set()
+        by_agent: dict[str, set[int]] = {}
         for agent, seq in places:
-            after.update(
-                row[0]
-                for row in db.execute(
-                    "SELECT id FROM memory_entries WHERE agent = ? AND scope = ? AND seq > ?"
-                    " ORDER BY seq LIMIT ?",
-                    [agent, ARCHIVAL, seq, CONTEXT_ENTRIES],
-                )
-            )
+            by_agent.setdefault(agent, set()).add(seq)
+        after: set[int] = set()
+        for agent, seqs in by_agent.items():
+            after.update(_entries_after(db, agent, sorted(seqs)))
         return sorted(after)
 
     def search(self, db: Executes, agent: str, query: str, limit: int | None) -> list[Hit]:
@@ -295,3 +331,84 @@ def _keys(db: Executes, row_ids: Sequence[int]) -> list[tuple[int]]:
     return list(
         select_in(db, "SELECT key FROM memory_terms_keys WHERE row_id IN ({marks})", row_ids)
     )
+
+
+def _earliest(db: Executes, stamps: set[str]) -> dict[str, str | None]:
+    """For each entry time, the earliest its context may have been written
+    (CONTEXT_SECONDS before it), as SQLite reads the time (None: not a time it reads)."""
+    if not stamps:
+        return {}
+    found = db.execute(
+        "SELECT value, strftime('%Y-%m-%d %H:%M:%S', value, ?) FROM json_each(?)",
+        [f"-{CONTEXT_SECONDS} seconds", json.dumps(sorted(stamps))],
+    )
+    return dict(found.fetchall())
+
+
+def _read_before(db: Executes, agent: str, seqs: list[int]) -> list[Any] | None:
+    """The agent's archival entries (seq, ts, content) from LOOK_BACK places before the
+    first of these to the last, in order; None when they are too few or lie too far
+    apart to be worth reading at once."""
+    first, last = min(seqs), max(seqs)
+    if len(seqs) < READ_AT_ONCE or last - first > SPAN_PER_ROW * len(seqs) + SPAN_SLACK:
+        return None
+    found = db.execute(
+        "SELECT seq, ts, content FROM memory_entries WHERE agent = ? AND scope = ?"
+        " AND seq >= ? AND seq < ? ORDER BY seq, id",
+        [agent, ARCHIVAL, first - LOOK_BACK, last],
+    )
+    return found.fetchall()
+
+
+def _before(
+    read: Sequence[Any], at: int, row: IndexRow, earliest: dict[str, str | None]
+) -> list[Any] | None:
+    """The contents of the row's context among the entries read (seq, ts, content; those
+    before it end at ``at``), the nearest first, as _context's query picks them; None when
+    they may not all be among them (or a time is not text: the query compares it as SQLite
+    does)."""
+    if not isinstance(row.ts, str):
+        return None
+    since = earliest.get(row.ts)
+    if since is None:  # not a time: the query matches nothing
+        return [] if row.ts in earliest else None
+    picked: list[Any] = []
+    for place in range(at - 1, -1, -1):
+        _, ts, content = read[place]
+        if ts is None:
+            continue
+        if not isinstance(ts, str):
+            return None
+        if since <= ts <= row.ts:
+            picked.append(content)
+            if len(picked) == CONTEXT_ENTRIES:
+                return picked
+    return None  # entries before what was read may be in its time span
+
+
+def _entries_after(db: Executes, agent: str, seqs: list[int]) -> list[int]:
+    """The ids of the CONTEXT_ENTRIES archival entries after each of the agent's places
+    (``seqs``, sorted): its entries from the first place to the last and the few after
+    them, read at once; one query per place when they lie far apart."""
+    after = "SELECT seq, id FROM memory_entries WHERE agent = ? AND scope = ? AND seq > ?"
+    span = seqs[-1] - seqs[0]
+    if len(seqs) < READ_AT_ONCE or span > SPAN_PER_ROW * len(seqs) + SPAN_SLACK:
+        return [
+            row_id
+            for seq in seqs
+            for _, row_id in db.execute(
+                f"{after} ORDER BY seq, id LIMIT ?", [agent, ARCHIVAL, seq, CONTEXT_ENTRIES]
+            )
+        ]
+    read = db.execute(
+        f"{after} AND seq <= ? ORDER BY seq, id", [agent, ARCHIVAL, seqs[0], seqs[-1]]
+    ).fetchall()
+    read += db.execute(
+        f"{after} ORDER BY seq, id LIMIT ?", [agent, ARCHIVAL, seqs[-1], CONTEXT_ENTRIES]
+    ).fetchall()
+    places = [seq for seq, _ in read]
+    ids: list[int] = []
+    for seq in seqs:
+        at = bisect_right(places, seq)
+        ids.extend(row_id for _, row_id in read[at : at + CONTEXT_ENTRIES])
+    return ids

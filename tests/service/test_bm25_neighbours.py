@@ -1,0 +1,162 @@
+"""The BM25 arm reads the neighbours of a step's rows for each agent at once (their
+contexts, and the rows whose context they are): what it takes in is what a query per row
+finds, whatever the places and times of the entries around them."""
+
+from __future__ import annotations
+
+import random
+from datetime import datetime, timedelta
+
+import pytest
+
+from oryxmem.index.bm25 import CONTEXT_ENTRIES, CONTEXT_SECONDS, BM25Index
+from oryxmem.index.terms import index_text
+from oryxmem.service import MemoryService
+from oryxmem.store.db import Executes, write_transaction
+from oryxmem.store.format import ARCHIVAL, CORE
+
+AGENTS = ("ada", "bo", "cy")
+START = datetime(2026, 11, 30, 9, 0, 0)
+
+
+def a_time(rng: random.Random, clock: datetime) -> str | None:
+    """Mostly a little after the last, as saves come; now and then none, one SQLite does
+    not read, one written otherwise, one from long before, or the very same."""
+    roll = rng.random()
+    if roll < 0.04:
+        return None
+    if roll < 0.07:
+        return "yesterday, roughly"
+    if roll < 0.10:
+        return (clock - timedelta(seconds=rng.randint(0, 3 * CONTEXT_SECONDS))).isoformat()
+    if roll < 0.15:
+        return (clock - timedelta(hours=rng.randint(1, 48))).strftime("%Y-%m-%d %H:%M:%S")
+    return clock.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def fill(service: MemoryService, rng: random.Random) -> None:
+    """Entries with gaps in their places, places shared, core entries among them, and
+    times that jump back and forth across the context's time span."""
+    with write_transaction(service.db):
+        for agent in AGENTS:
+            seq, clock = 0, START
+            for n in range(600):
+                seq += rng.choice([0, 1, 1, 1, 1, 1, 2, 3, 9, 200])
+                clock += timedelta(seconds=rng.choice([0, 5, 60, 300, 900, 2000, 7200]))
+                scope = CORE if rng.random() < 0.05 else ARCHIVAL
+                service.db.execute(
+                    "INSERT INTO memory_entries(agent, scope, ts, content, entry_id, seq, source)"
+                    " VALUES (?, ?, ?, ?, ?, ?, 'db')",
+                    [agent, scope, a_time(rng, clock), f"{agent} said thing {n}", None, seq],
+                )
+
+
+def context_by_query(db: Executes, agent: str, scope: str, ts: str | None, seq: int) -> str:
+    """What a query for this one row finds: its CONTEXT_ENTRIES archival neighbours before
+    it, written within CONTEXT_SECONDS before it, the nearest first."""
+    if scope != ARCHIVAL or ts is None:
+        return ""
+    before = db.execute(
+        "SELECT content FROM memory_entries WHERE agent = ? AND scope = ? AND seq < ?"
+        " AND ts IS NOT NULL AND ts <= ? AND ts >= strftime('%Y-%m-%d %H:%M:%S', ?, ?)"
+        " ORDER BY seq DESC, id DESC LIMIT ?",
+        [agent, ARCHIVAL, seq, ts, ts, f"-{CONTEXT_SECONDS} seconds", CONTEXT_ENTRIES],
+    )
+    return " ".join(index_text(content) for (content,) in before)
+
+
+def after_by_query(db: Executes, agent: str, seq: int) -> set[int]:
+    """What a query for one place finds: the archival entries right after it."""
+    found = db.execute(
+        "SELECT id FROM memory_entries WHERE agent = ? AND scope = ? AND seq > ?"
+        " ORDER BY seq, id LIMIT ?",
+        [agent, ARCHIVAL, seq, CONTEXT_ENTRIES],
+    )
+    return {row_id for (row_id,) in found}
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_each_rows_context_is_what_a_query_for_it_finds(
+    service: MemoryService, monkeypatch: pytest.MonkeyPatch, seed: int
+) -> None:
+    rng = random.Random(seed)
+    fill(service, rng)
+    one_by_one = []
+    by_query = BM25Index._context
+    monkeypatch.setattr(
+        BM25Index,
+        "_context",
+        lambda index, db, row: one_by_one.append(row) or by_query(index, db, row),
+    )
+    service.upkeep.catch_up_indexes()
+    db = service.index_db
+    taken = db.execute(
+        "SELECT e.agent, e.scope, e.ts, e.seq, t.context FROM memory_terms t"
+        " JOIN memory_terms_keys k ON k.key = t.rowid JOIN memory_entries e ON e.id = k.row_id"
+    ).fetchall()
+    assert len(taken) == 3 * 600
+    for agent, scope, ts, seq, context in taken:
+        assert context == context_by_query(db, agent, scope, ts, seq), (agent, seq, ts)
+    assert any(context for *_, context in taken)
+    assert len(one_by_one) < len(taken)  # some were found among the neighbours read at once
+
+
+def test_saves_arriving_together_find_their_contexts_without_a_query_each(
+    service: MemoryService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with write_transaction(service.db):
+        for agent in AGENTS:
+            for n in range(500):
+                ts = (START + timedelta(seconds=10 * n)).strftime("%Y-%m-%d %H:%M:%S")
+                service.db.execute(
+                    "INSERT INTO memory_entries(agent, scope, ts, content, seq, source)"
+                    " VALUES (?, ?, ?, ?, ?, 'db')",
+                    [agent, ARCHIVAL, ts, f"{agent} said thing {n}", n + 1],
+                )
+    one_by_one = []
+    by_query = BM25Index._context
+    monkeypatch.setattr(
+        BM25Index,
+        "_context",
+        lambda index, db, row: one_by_one.append(row) or by_query(index, db, row),
+    )
+    service.upkeep.catch_up_indexes()
+    db = service.index_db
+    taken = db.execute(
+        "SELECT e.agent, e.ts, e.seq, t.context FROM memory_terms t"
+        " JOIN memory_terms_keys k ON k.key = t.rowid JOIN memory_entries e ON e.id = k.row_id"
+    ).fetchall()
+    assert len(taken) == 3 * 500
+    for agent, ts, seq, context in taken:
+        assert context == context_by_query(db, agent, ARCHIVAL, ts, seq)
+    # Only the first rows of a step, with no two entries read before them, were asked for.
+    assert len(one_by_one) <= len(AGENTS) * 2 * (
+        1 + len(taken) // service.upkeep.indexes["bm25"].batch
+    )
+
+
+@pytest.mark.parametrize("seed", [4, 5])
+def test_the_rows_whose_context_a_changed_row_is_are_those_a_query_per_place_finds(
+    service: MemoryService, seed: int
+) -> None:
+    rng = random.Random(seed)
+    fill(service, rng)
+    service.upkeep.catch_up_indexes()
+    db = service.index_db
+    ids = [row_id for (row_id,) in db.execute("SELECT id FROM memory_entries ORDER BY id")]
+    places = {
+        row_id: (agent, scope, seq)
+        for row_id, agent, scope, seq in db.execute(
+            "SELECT id, agent, scope, seq FROM memory_entries"
+        )
+    }
+    bm25 = service.upkeep.indexes["bm25"]
+    for size in (1, 2, 7, 60, 400):
+        start = rng.randrange(len(ids) - size)
+        for changed in (ids[start : start + size], sorted(rng.sample(ids, size))):
+            expected: set[int] = set()
+            for row_id in changed:
+                agent, scope, seq = places[row_id]
+                if scope == ARCHIVAL:
+                    expected |= after_by_query(db, agent, seq)
+            assert bm25.dependents(db, changed) == sorted(expected)
