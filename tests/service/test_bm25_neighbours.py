@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
+from oryxmem.index import IndexRow
 from oryxmem.index.bm25 import CONTEXT_ENTRIES, CONTEXT_SECONDS, BM25Index
 from oryxmem.index.terms import index_text
 from oryxmem.service import MemoryService
@@ -75,30 +76,38 @@ def after_by_query(db: Executes, agent: str, seq: int) -> set[int]:
     return {row_id for (row_id,) in found}
 
 
+def taken_in_counting_queries(
+    service: MemoryService, monkeypatch: pytest.MonkeyPatch
+) -> tuple[list[tuple[str, str, str | None, int, str]], int]:
+    """The words indexes take every row in: each BM25 row's entry (agent, scope, ts, seq)
+    with the context it was given, and how many rows had theirs asked for alone."""
+    one_by_one: list[IndexRow] = []
+    by_query = BM25Index._context
+
+    def counted(index: BM25Index, db: Executes, row: IndexRow) -> str:
+        one_by_one.append(row)
+        return by_query(index, db, row)
+
+    monkeypatch.setattr(BM25Index, "_context", counted)
+    service.upkeep.catch_up_indexes()
+    taken = service.index_db.execute(
+        "SELECT e.agent, e.scope, e.ts, e.seq, t.context FROM memory_terms t"
+        " JOIN memory_terms_keys k ON k.key = t.rowid JOIN memory_entries e ON e.id = k.row_id"
+    ).fetchall()
+    for agent, scope, ts, seq, context in taken:
+        assert context == context_by_query(service.index_db, agent, scope, ts, seq), (agent, seq)
+    return taken, len(one_by_one)
+
+
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_each_rows_context_is_what_a_query_for_it_finds(
     service: MemoryService, monkeypatch: pytest.MonkeyPatch, seed: int
 ) -> None:
-    rng = random.Random(seed)
-    fill(service, rng)
-    one_by_one = []
-    by_query = BM25Index._context
-    monkeypatch.setattr(
-        BM25Index,
-        "_context",
-        lambda index, db, row: one_by_one.append(row) or by_query(index, db, row),
-    )
-    service.upkeep.catch_up_indexes()
-    db = service.index_db
-    taken = db.execute(
-        "SELECT e.agent, e.scope, e.ts, e.seq, t.context FROM memory_terms t"
-        " JOIN memory_terms_keys k ON k.key = t.rowid JOIN memory_entries e ON e.id = k.row_id"
-    ).fetchall()
+    fill(service, random.Random(seed))
+    taken, asked_alone = taken_in_counting_queries(service, monkeypatch)
     assert len(taken) == 3 * 600
-    for agent, scope, ts, seq, context in taken:
-        assert context == context_by_query(db, agent, scope, ts, seq), (agent, seq, ts)
     assert any(context for *_, context in taken)
-    assert len(one_by_one) < len(taken)  # some were found among the neighbours read at once
+    assert asked_alone < len(taken)  # some were found among the neighbours read at once
 
 
 def test_saves_arriving_together_find_their_contexts_without_a_query_each(
@@ -113,26 +122,12 @@ def test_saves_arriving_together_find_their_contexts_without_a_query_each(
                     " VALUES (?, ?, ?, ?, ?, 'db')",
                     [agent, ARCHIVAL, ts, f"{agent} said thing {n}", n + 1],
                 )
-    one_by_one = []
-    by_query = BM25Index._context
-    monkeypatch.setattr(
-        BM25Index,
-        "_context",
-        lambda index, db, row: one_by_one.append(row) or by_query(index, db, row),
-    )
-    service.upkeep.catch_up_indexes()
-    db = service.index_db
-    taken = db.execute(
-        "SELECT e.agent, e.ts, e.seq, t.context FROM memory_terms t"
-        " JOIN memory_terms_keys k ON k.key = t.rowid JOIN memory_entries e ON e.id = k.row_id"
-    ).fetchall()
+    taken, asked_alone = taken_in_counting_queries(service, monkeypatch)
     assert len(taken) == 3 * 500
-    for agent, ts, seq, context in taken:
-        assert context == context_by_query(db, agent, ARCHIVAL, ts, seq)
+    assert all(context for agent, scope, ts, seq, context in taken if seq > 1)
     # Only the first rows of a step, with no two entries read before them, were asked for.
-    assert len(one_by_one) <= len(AGENTS) * 2 * (
-        1 + len(taken) // service.upkeep.indexes["bm25"].batch
-    )
+    steps = 1 + len(taken) // service.upkeep.indexes["bm25"].batch
+    assert asked_alone <= len(AGENTS) * 2 * steps
 
 
 @pytest.mark.parametrize("seed", [4, 5])
