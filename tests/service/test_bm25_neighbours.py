@@ -41,9 +41,11 @@ def fill(service: MemoryService, rng: random.Random) -> None:
     with write_transaction(service.db):
         for agent in AGENTS:
             seq, clock = 0, START
+            # The last agent's places lie too far apart to be read at once.
+            gaps = [0, 1, 1, 1, 1, 1, 2, 3, 9] + ([200] if agent == AGENTS[-1] else [])
             for n in range(600):
-                seq += rng.choice([0, 1, 1, 1, 1, 1, 2, 3, 9, 200])
-                clock += timedelta(seconds=rng.choice([0, 5, 60, 300, 900, 2000, 7200]))
+                seq += rng.choice(gaps)
+                clock += timedelta(seconds=rng.choice([0, 5, 5, 60, 60, 300, 900, 2000, 7200]))
                 scope = CORE if rng.random() < 0.05 else ARCHIVAL
                 service.db.execute(
                     "INSERT INTO memory_entries(agent, scope, ts, content, entry_id, seq, source)"
@@ -78,9 +80,10 @@ def after_by_query(db: Executes, agent: str, seq: int) -> set[int]:
 
 def taken_in_counting_queries(
     service: MemoryService, monkeypatch: pytest.MonkeyPatch
-) -> tuple[list[tuple[str, str, str | None, int, str]], int]:
+) -> tuple[list[tuple[str, str, str | None, int, str]], list[IndexRow]]:
     """The words indexes take every row in: each BM25 row's entry (agent, scope, ts, seq)
-    with the context it was given, and how many rows had theirs asked for alone."""
+    with the context it was given (checked against a query for it), and the rows whose
+    context was asked for alone."""
     one_by_one: list[IndexRow] = []
     by_query = BM25Index._context
 
@@ -96,7 +99,7 @@ def taken_in_counting_queries(
     ).fetchall()
     for agent, scope, ts, seq, context in taken:
         assert context == context_by_query(service.index_db, agent, scope, ts, seq), (agent, seq)
-    return taken, len(one_by_one)
+    return taken, one_by_one
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
@@ -107,7 +110,9 @@ def test_each_rows_context_is_what_a_query_for_it_finds(
     taken, asked_alone = taken_in_counting_queries(service, monkeypatch)
     assert len(taken) == 3 * 600
     assert any(context for *_, context in taken)
-    assert asked_alone < len(taken)  # some were found among the neighbours read at once
+    # Those of the first agents were mostly found among the neighbours read at once.
+    dense = [e for e in taken if e[0] != AGENTS[-1] and e[1] == ARCHIVAL and e[2] is not None]
+    assert sum(row.agent != AGENTS[-1] for row in asked_alone) < len(dense) * 0.6
 
 
 def test_saves_arriving_together_find_their_contexts_without_a_query_each(
@@ -127,7 +132,7 @@ def test_saves_arriving_together_find_their_contexts_without_a_query_each(
     assert all(context for agent, scope, ts, seq, context in taken if seq > 1)
     # Only the first rows of a step, with no two entries read before them, were asked for.
     steps = 1 + len(taken) // service.upkeep.indexes["bm25"].batch
-    assert asked_alone <= len(AGENTS) * 2 * steps
+    assert len(asked_alone) <= len(AGENTS) * 2 * steps
 
 
 @pytest.mark.parametrize("seed", [4, 5])
