@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 from bisect import bisect_left, bisect_right
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from oryxmem.config import Config
@@ -216,7 +216,7 @@ class BM25Index(DerivedIndex):
         )
         return self._joined(content for (content,) in before)
 
-    def _joined(self, contents: Any) -> str:
+    def _joined(self, contents: Iterable[Any]) -> str:
         return " ".join(self._text(content) for content in contents if isinstance(content, str))
 
     def _contexts(self, db: Executes, rows: Sequence[IndexRow]) -> dict[int, str]:
@@ -228,13 +228,11 @@ class BM25Index(DerivedIndex):
                 by_agent.setdefault(row.agent, []).append(row)
         contexts: dict[int, str] = {}
         for agent, mine in by_agent.items():
-            read = _read_before(db, agent, [row.seq for row in mine])
+            read = _read_before(db, agent, sorted(row.seq for row in mine))
             earliest = _earliest(db, {r.ts for r in mine if isinstance(r.ts, str)}) if read else {}
-            places = [seq for seq, _, _ in read or ()]
+            places = [seq for seq, _, _ in read]
             for row in mine:
-                found = None
-                if read is not None:
-                    found = _before(read, bisect_left(places, row.seq), row, earliest)
+                found = _before(read, bisect_left(places, row.seq), row, earliest)
                 contexts[row.row_id] = (
                     self._context(db, row) if found is None else self._joined(found)
                 )
@@ -243,23 +241,19 @@ class BM25Index(DerivedIndex):
     def dependents(self, db: Executes, row_ids: Sequence[int]) -> list[int]:
         """The entries whose context a changed row is (or was): the ones after it, where
         it is now and where the index last saw it."""
-        places: set[tuple[str, int]] = set()
-        for agent, scope, seq in select_in(
-            db, "SELECT agent, scope, seq FROM memory_entries WHERE id IN ({marks})", row_ids
-        ):
-            if scope == ARCHIVAL and seq is not None:
-                places.add((agent, int(seq)))
+        places: dict[str, set[int]] = {}  # agent -> seqs
         keys = [key for (key,) in _keys(db, row_ids)]
-        for agent, scope, seq in select_in(
-            db, "SELECT agent, scope, seq FROM memory_terms WHERE rowid IN ({marks})", keys
+        for table, column, ids in (
+            ("memory_entries", "id", row_ids),
+            ("memory_terms", "rowid", keys),
         ):
-            if scope == ARCHIVAL and seq is not None:
-                places.add((agent, int(seq)))
-        by_agent: dict[str, set[int]] = {}
-        for agent, seq in places:
-            by_agent.setdefault(agent, set()).add(seq)
+            for agent, scope, seq in select_in(
+                db, f"SELECT agent, scope, seq FROM {table} WHERE {column} IN ({{marks}})", ids
+            ):
+                if scope == ARCHIVAL and seq is not None:
+                    places.setdefault(agent, set()).add(int(seq))
         after: set[int] = set()
-        for agent, seqs in by_agent.items():
+        for agent, seqs in places.items():
             after.update(_entries_after(db, agent, sorted(seqs)))
         return sorted(after)
 
@@ -345,17 +339,22 @@ def _earliest(db: Executes, stamps: set[str]) -> dict[str, str | None]:
     return dict(found.fetchall())
 
 
-def _read_before(db: Executes, agent: str, seqs: list[int]) -> list[Any] | None:
+def _worth_reading(seqs: list[int]) -> bool:
+    """Are an agent's places (sorted) enough, and near enough each other, for its entries
+    around them to be read at once?"""
+    return len(seqs) >= READ_AT_ONCE and seqs[-1] - seqs[0] <= SPAN_PER_ROW * len(seqs) + SPAN_SLACK
+
+
+def _read_before(db: Executes, agent: str, seqs: list[int]) -> list[Any]:
     """The agent's archival entries (seq, ts, content) from LOOK_BACK places before the
-    first of these to the last, in order; None when they are too few or lie too far
-    apart to be worth reading at once."""
-    first, last = min(seqs), max(seqs)
-    if len(seqs) < READ_AT_ONCE or last - first > SPAN_PER_ROW * len(seqs) + SPAN_SLACK:
-        return None
+    first of these places (sorted) to the last, in order; none when they are not worth
+    reading at once (each row's context is then asked for alone)."""
+    if not _worth_reading(seqs):
+        return []
     found = db.execute(
         "SELECT seq, ts, content FROM memory_entries WHERE agent = ? AND scope = ?"
         " AND seq >= ? AND seq < ? ORDER BY seq, id",
-        [agent, ARCHIVAL, first - LOOK_BACK, last],
+        [agent, ARCHIVAL, seqs[0] - LOOK_BACK, seqs[-1]],
     )
     return found.fetchall()
 
@@ -391,8 +390,7 @@ def _entries_after(db: Executes, agent: str, seqs: list[int]) -> list[int]:
     (``seqs``, sorted): its entries from the first place to the last and the few after
     them, read at once; one query per place when they lie far apart."""
     after = "SELECT seq, id FROM memory_entries WHERE agent = ? AND scope = ? AND seq > ?"
-    span = seqs[-1] - seqs[0]
-    if len(seqs) < READ_AT_ONCE or span > SPAN_PER_ROW * len(seqs) + SPAN_SLACK:
+    if not _worth_reading(seqs):
         return [
             row_id
             for seq in seqs
