@@ -87,18 +87,18 @@ def test_load_keeps_core_whole_and_cuts_archival_to_newest(store: LongTermMemory
     big_core = "core fact " * 300  # 3,000 chars: core is never cut
     store.append(big_core, CORE)
     store.append(big_core + "again", CORE)
-    for i in range(400):
+    for i in range(150):  # more than fit in 4,000 characters, and than mem0's default page
         store.append(f"archival entry number {i:04d}")
     snapshot = store.load()
     assert [e.content for e in snapshot.core] == [big_core.strip(), big_core + "again"]
     lines = snapshot.archival.lines
-    assert lines[-1].endswith("archival entry number 0399")
+    assert lines[-1].endswith("archival entry number 0149")
     assert sum(len(line) + 1 for line in lines) <= 4000
     assert sum(len(line) + 1 for line in lines) + len(lines[0]) + 1 > 4000  # as many as fit
-    assert snapshot.archival.omitted == 400 - len(lines)
-    assert snapshot.archival_total == 400
+    assert snapshot.archival.omitted == 150 - len(lines)
+    assert snapshot.archival_total == 150
     numbers = [int(line[-4:]) for line in lines]
-    assert numbers == list(range(400 - len(lines), 400))
+    assert numbers == list(range(150 - len(lines), 150))
 
 
 def test_load_cuts_a_huge_newest_entry_keeping_its_end(store: LongTermMemoryStore) -> None:
@@ -111,7 +111,7 @@ def test_load_cuts_a_huge_newest_entry_keeping_its_end(store: LongTermMemoryStor
 
 def test_recall_searches_the_whole_archival_section(store: LongTermMemoryStore) -> None:
     store.append("needle in the oldest entry")
-    for i in range(300):
+    for i in range(150):  # more than mem0's default page of 100
         store.append(f"filler {i} " + "z" * 40)
     store.append("Needle again, newest")
     store.append("needle in core is not recalled", CORE)
