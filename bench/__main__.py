@@ -74,6 +74,8 @@ QUICK = [
     "1000",
     "--search-idle",
     "5",
+    "--take-in",
+    "2000",
     "--calls",
     "50",
     "--hooks",

@@ -14,7 +14,11 @@ Everything goes through the daemon, a real process on a real socket:
   entries, and one client's save p50 / p99 while it does;
 - one client saving back to back, the vectors following (the indexer waits for the
   stream to end): save p50 / p99, and how soon after it the vectors have every save;
-- the daemon's CPU once it is idle again.
+- the daemon's CPU once it is idle again;
+- in one process, the words indexes taking in --take-in entries of one agent written at
+  one time, and the same entries written an hour apart (a memory kept over months,
+  restored or pulled: most entries have nothing written within BM25's context span
+  before them), measured against the first.
 
 Run: python -m bench.search_bench [--search-entries 100000] [--search-backlog 3000] [--json]
 """
@@ -31,6 +35,7 @@ import time
 from collections.abc import Sequence
 from contextlib import closing
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import numpy as np
@@ -49,7 +54,7 @@ from bench.common import (
     stop,
 )
 from oryxmem.client import Client
-from oryxmem.config import Config
+from oryxmem.config import Config, set_value
 from oryxmem.index import IndexState, read_index_state, write_index_state
 from oryxmem.index.vectors import text_key
 from oryxmem.service import MemoryService
@@ -301,7 +306,39 @@ def run(args: argparse.Namespace) -> list[Figure]:
         finally:
             stop(proc)
             sock.unlink(missing_ok=True)
+    figures += words_take_in(args.take_in)
     return figures
+
+
+def words_take_in(count: int) -> list[Figure]:
+    """The words indexes (keyword, BM25) taking in ``count`` rows of one agent, in one
+    process: the entries written at one time, then an hour apart."""
+    rates = {}
+    texts = sentences(count, seed=12)
+    for gap in (timedelta(0), timedelta(hours=1)):
+        with scratch_workspace("oryxmem-take-in-") as root:
+            workspace = Workspace(root)
+            set_value(workspace.config_path, "recall.embedder", "none")
+            service = MemoryService(workspace, Config.load(workspace.config_path))
+            try:
+                start = datetime(2025, 1, 1)
+                entries = (
+                    NewEntry(ARCHIVAL, (start + gap * n).strftime("%Y-%m-%d %H:%M:%S"), text)
+                    for n, text in enumerate(texts)
+                )
+                with write_transaction(service.db):
+                    insert_rows(service.db, "restored", numbered(entries), "bench")
+                began = time.perf_counter()
+                service.upkeep.catch_up_indexes()
+                rates[gap] = count / (time.perf_counter() - began)
+            finally:
+                service.close()
+    at_once, apart = rates[timedelta(0)], rates[timedelta(hours=1)]
+    return [
+        Figure(f"words take-in of {count} entries written at one time", at_once, "/s"),
+        Figure("  the same entries written an hour apart", apart, "/s"),
+        Figure("  an hour apart / at one time", apart / at_once, "x", at_least(0.5, 21, "x")),
+    ]
 
 
 def words_pending(client: Client) -> int:
@@ -430,6 +467,9 @@ def options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--search-idle", type=float, default=20, help="seconds of idle CPU measured"
+    )
+    parser.add_argument(
+        "--take-in", type=int, default=20_000, help="entries the words indexes take in"
     )
 
 

@@ -2,14 +2,14 @@
 
 An FTS5 table of terms.py's terms (stemmed) with two columns per row:
 the entry's own text, and its context, the archival entries that came just before
-it in the file and were written within CONTEXT_SECONDS of it. A memory line is
-often the answer to the one before it (a turn of a conversation, the reply to a
-request), so the words of the question it answers help find it; they count half
-as much as its own (BM25F column weights). Measured on the LoCoMo dev set
-(bench/recall_quality.py): the context raises recall@5 of this arm from 0.562
-to 0.641 (stemming had raised it from 0.529). Measured before stemming: the
-entries after an entry do not help, one before helps less than two, and context
-at full weight hurts the first hit (R@1 0.333).
+it in the file (among its CONTEXT_PLACES places before it) and were written within
+CONTEXT_SECONDS of it. A memory line is often the answer to the one before it (a
+turn of a conversation, the reply to a request), so the words of the question it
+answers help find it; they count half as much as its own (BM25F column weights).
+Measured on the LoCoMo dev set (bench/recall_quality.py): the context raises recall@5
+of this arm from 0.562 to 0.641 (stemming had raised it from 0.529). Measured before
+stemming: the entries after an entry do not help, one before helps less than two, and
+context at full weight hurts the first hit (R@1 0.333).
 
 Each agent's entries have keys of their own: an entry's row in the FTS5 table is
 numbered (its agent's slot << KEY_BITS) | its row id, so a search asks FTS5 for one
@@ -38,6 +38,12 @@ if TYPE_CHECKING:
 
 CONTEXT_ENTRIES = 2  # how many entries before an entry are its context
 CONTEXT_SECONDS = 1800  # written no longer than this before it
+# ... and among the places just before it: an entry further back is no neighbour of it.
+# The bound keeps each look-up short: without it, an entry with nothing written within
+# CONTEXT_SECONDS before it (the first of a session) had every earlier entry read, and a
+# memory whose entries lie hours apart took quadratic time to take in (20,000 entries
+# an hour apart: 53 s; 0.63 s with it).
+CONTEXT_PLACES = 16
 CONTEXT_WEIGHT = 0.5  # a context term counts half as much as one of the entry's own
 # A query term held by more than half of all entries is left out of the query when
 # rarer ones remain: FTS5's BM25 gives it no weight (its IDF is clamped to ~0). So is one
@@ -56,12 +62,11 @@ RAREST_CAP = 16 * COMMON_ENTRIES
 HELD_KEPT = 1024  # words' counts kept (bm25._held), all of them let go when full
 # The entries around a step's rows (their contexts, the rows whose context they are) are
 # read for each agent at once: its entries from its first row to its last, and
-# LOOK_BACK before them. Fewer than READ_AT_ONCE rows, or rows further apart than
-# SPAN_PER_ROW places each (and SPAN_SLACK), are looked up one by one instead, as is a
-# row whose context is not all in what was read (an entry before it out of its time
-# span). Saves arriving together are neighbours: a query per row cost about a third of
-# taking a row in.
-LOOK_BACK = 4 * CONTEXT_ENTRIES
+# LOOK_BACK before them (every row's CONTEXT_PLACES). Fewer than READ_AT_ONCE rows, or
+# rows further apart than SPAN_PER_ROW places each (and SPAN_SLACK), are looked up one by
+# one instead. Saves arriving together are neighbours: a query per row cost about a
+# third of taking a row in.
+LOOK_BACK = CONTEXT_PLACES
 READ_AT_ONCE = 4
 SPAN_PER_ROW = 4
 SPAN_SLACK = 64
@@ -195,19 +200,21 @@ class BM25Index(DerivedIndex):
         return held
 
     def _context(self, db: Executes, row: IndexRow) -> str:
-        """The row's context: the text of the CONTEXT_ENTRIES archival entries before it
-        written within CONTEXT_SECONDS before it, the nearest first."""
+        """The row's context: the text of the CONTEXT_ENTRIES archival entries among the
+        CONTEXT_PLACES places before it written within CONTEXT_SECONDS before it, the
+        nearest first."""
         if row.scope != ARCHIVAL or row.ts is None:
             return ""
         before = db.execute(
-            "SELECT content FROM memory_entries WHERE agent = ? AND scope = ? AND seq < ?"
-            " AND ts IS NOT NULL AND ts <= ?"
+            "SELECT content FROM memory_entries WHERE agent = ? AND scope = ?"
+            " AND seq < ? AND seq >= ? AND ts IS NOT NULL AND ts <= ?"
             " AND ts >= strftime('%Y-%m-%d %H:%M:%S', ?, ?)"
             " ORDER BY seq DESC, id DESC LIMIT ?",
             [
                 row.agent,
                 ARCHIVAL,
                 row.seq,
+                row.seq - CONTEXT_PLACES,
                 row.ts,
                 row.ts,
                 f"-{CONTEXT_SECONDS} seconds",
@@ -363,9 +370,9 @@ def _before(
     read: Sequence[Any], at: int, row: IndexRow, earliest: dict[str, str | None]
 ) -> list[Any] | None:
     """The contents of the row's context among the entries read (seq, ts, content; those
-    before it end at ``at``), the nearest first, as _context's query picks them; None when
-    they may not all be among them (or a time is not text: the query compares it as SQLite
-    does)."""
+    before it end at ``at``; the read holds every place of its CONTEXT_PLACES), the nearest
+    first, as _context's query picks them; None when a time is not text (the query
+    compares it as SQLite does)."""
     if not isinstance(row.ts, str):
         return None
     since = earliest.get(row.ts)
@@ -373,7 +380,9 @@ def _before(
         return [] if row.ts in earliest else None
     picked: list[Any] = []
     for place in range(at - 1, -1, -1):
-        _, ts, content = read[place]
+        seq, ts, content = read[place]
+        if seq < row.seq - CONTEXT_PLACES:
+            break
         if ts is None:
             continue
         if not isinstance(ts, str):
@@ -381,8 +390,8 @@ def _before(
         if since <= ts <= row.ts:
             picked.append(content)
             if len(picked) == CONTEXT_ENTRIES:
-                return picked
-    return None  # entries before what was read may be in its time span
+                break
+    return picked
 
 
 def _entries_after(db: Executes, agent: str, seqs: list[int]) -> list[int]:

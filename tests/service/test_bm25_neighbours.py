@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from oryxmem.index import IndexRow
-from oryxmem.index.bm25 import CONTEXT_ENTRIES, CONTEXT_SECONDS, BM25Index
+from oryxmem.index.bm25 import CONTEXT_ENTRIES, CONTEXT_PLACES, CONTEXT_SECONDS, BM25Index
 from oryxmem.index.terms import index_text
 from oryxmem.service import MemoryService
 from oryxmem.store.db import Executes, write_transaction
@@ -56,15 +56,25 @@ def fill(service: MemoryService, rng: random.Random) -> None:
 
 
 def context_by_query(db: Executes, agent: str, scope: str, ts: str | None, seq: int) -> str:
-    """What a query for this one row finds: its CONTEXT_ENTRIES archival neighbours before
-    it, written within CONTEXT_SECONDS before it, the nearest first."""
+    """What a query for this one row finds: its CONTEXT_ENTRIES archival neighbours among
+    the CONTEXT_PLACES places before it, written within CONTEXT_SECONDS before it, the
+    nearest first."""
     if scope != ARCHIVAL or ts is None:
         return ""
     before = db.execute(
         "SELECT content FROM memory_entries WHERE agent = ? AND scope = ? AND seq < ?"
-        " AND ts IS NOT NULL AND ts <= ? AND ts >= strftime('%Y-%m-%d %H:%M:%S', ?, ?)"
-        " ORDER BY seq DESC, id DESC LIMIT ?",
-        [agent, ARCHIVAL, seq, ts, ts, f"-{CONTEXT_SECONDS} seconds", CONTEXT_ENTRIES],
+        " AND seq >= ? AND ts IS NOT NULL AND ts <= ?"
+        " AND ts >= strftime('%Y-%m-%d %H:%M:%S', ?, ?) ORDER BY seq DESC, id DESC LIMIT ?",
+        [
+            agent,
+            ARCHIVAL,
+            seq,
+            seq - CONTEXT_PLACES,
+            ts,
+            ts,
+            f"-{CONTEXT_SECONDS} seconds",
+            CONTEXT_ENTRIES,
+        ],
     )
     return " ".join(index_text(content) for (content,) in before)
 
@@ -146,6 +156,53 @@ def test_saves_arriving_together_find_their_contexts_without_a_query_each(
     # Only the first rows of a step, with no two entries read before them, were asked for.
     steps = 1 + len(taken) // service.upkeep.indexes["bm25"].batch
     assert len(asked_alone) <= len(AGENTS) * 2 * steps
+
+
+def insert_archival(
+    service: MemoryService, agent: str, entries: list[tuple[int, datetime]]
+) -> None:
+    with write_transaction(service.db):
+        for n, (seq, when) in enumerate(entries):
+            service.db.execute(
+                "INSERT INTO memory_entries(agent, scope, ts, content, seq, source)"
+                " VALUES (?, ?, ?, ?, ?, 'db')",
+                [agent, ARCHIVAL, when.strftime("%Y-%m-%d %H:%M:%S"), f"{agent} note {n}", seq],
+            )
+
+
+def test_entries_hours_apart_have_no_context_and_are_taken_in_without_a_query_each(
+    service: MemoryService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nothing written within the time span before an entry: the look-up ends at its
+    CONTEXT_PLACES places, in what was read, and never runs down the whole memory."""
+    for agent in AGENTS:
+        insert_archival(service, agent, [(n + 1, START + timedelta(hours=n)) for n in range(400)])
+    taken, asked_alone = taken_in_counting_queries(service, monkeypatch)
+    assert len(taken) == 3 * 400
+    assert not any(context for *_, context in taken)
+    assert asked_alone == []
+
+
+def test_an_entry_more_places_back_than_the_context_reaches_is_not_its_context(
+    service: MemoryService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Within the time span but CONTEXT_PLACES + 1 places back, behind entries written
+    long before: not a neighbour, whether read at once (ada) or asked for alone (bo, one
+    of whose places lies too far from the others to read them at once)."""
+    for agent in ("ada", "bo"):
+        entries = [(1, START)]
+        entries += [(n, START - timedelta(hours=3)) for n in range(2, CONTEXT_PLACES + 2)]
+        entries += [(CONTEXT_PLACES + 2 + n, START + timedelta(seconds=n)) for n in range(3)]
+        if agent == "bo":
+            entries.append((1000, START + timedelta(hours=1)))
+        insert_archival(service, agent, entries)
+    taken, asked_alone = taken_in_counting_queries(service, monkeypatch)
+    assert {row.agent for row in asked_alone} == {"bo"}
+    contexts = {(agent, seq): context for agent, _, _, seq, context in taken}
+    for agent in ("ada", "bo"):
+        assert contexts[(agent, CONTEXT_PLACES + 2)] == ""  # note 0 lies a place too far
+        assert contexts[(agent, CONTEXT_PLACES + 3)] == f"{agent} note 17"
+        assert contexts[(agent, CONTEXT_PLACES + 4)] == f"{agent} note 18 {agent} note 17"
 
 
 @pytest.mark.parametrize("seed", [4, 5])
