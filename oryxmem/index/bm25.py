@@ -61,12 +61,10 @@ COMMON_ENTRIES = 2000
 RAREST_CAP = 16 * COMMON_ENTRIES
 HELD_KEPT = 1024  # words' counts kept (bm25._held), all of them let go when full
 # The entries around a step's rows (their contexts, the rows whose context they are) are
-# read for each agent at once: its entries from its first row to its last, and
-# LOOK_BACK before them (every row's CONTEXT_PLACES). Fewer than READ_AT_ONCE rows, or
-# rows further apart than SPAN_PER_ROW places each (and SPAN_SLACK), are looked up one by
-# one instead. Saves arriving together are neighbours: a query per row cost about a
-# third of taking a row in.
-LOOK_BACK = CONTEXT_PLACES
+# read for each agent at once: its entries from its first row to its last, and the
+# CONTEXT_PLACES before them. Fewer than READ_AT_ONCE rows, or rows further apart than
+# SPAN_PER_ROW places each (and SPAN_SLACK), are looked up one by one instead. Saves
+# arriving together are neighbours: a query per row cost about a third of taking a row in.
 READ_AT_ONCE = 4
 SPAN_PER_ROW = 4
 SPAN_SLACK = 64
@@ -236,7 +234,10 @@ class BM25Index(DerivedIndex):
         contexts: dict[int, str] = {}
         for agent, mine in by_agent.items():
             read = _read_before(db, agent, sorted(row.seq for row in mine))
-            earliest = _earliest(db, {r.ts for r in mine if isinstance(r.ts, str)}) if read else {}
+            if not read:
+                contexts.update((row.row_id, self._context(db, row)) for row in mine)
+                continue
+            earliest = _earliest(db, {r.ts for r in mine if isinstance(r.ts, str)})
             places = [seq for seq, _, _ in read]
             for row in mine:
                 found = _before(read, bisect_left(places, row.seq), row, earliest)
@@ -353,15 +354,16 @@ def _worth_reading(seqs: list[int]) -> bool:
 
 
 def _read_before(db: Executes, agent: str, seqs: list[int]) -> list[Any]:
-    """The agent's archival entries (seq, ts, content) from LOOK_BACK places before the
-    first of these places (sorted) to the last, in order; none when they are not worth
-    reading at once (each row's context is then asked for alone)."""
+    """The agent's archival entries (seq, ts, content) from CONTEXT_PLACES places before
+    the first of these places (sorted) to the last, in order: every row's context lies
+    among them. None when they are not worth reading at once (each row's context is then
+    asked for alone)."""
     if not _worth_reading(seqs):
         return []
     found = db.execute(
         "SELECT seq, ts, content FROM memory_entries WHERE agent = ? AND scope = ?"
         " AND seq >= ? AND seq < ? ORDER BY seq, id",
-        [agent, ARCHIVAL, seqs[0] - LOOK_BACK, seqs[-1]],
+        [agent, ARCHIVAL, seqs[0] - CONTEXT_PLACES, seqs[-1]],
     )
     return found.fetchall()
 
@@ -372,12 +374,12 @@ def _before(
     """The contents of the row's context among the entries read (seq, ts, content; those
     before it end at ``at``; the read holds every place of its CONTEXT_PLACES), the nearest
     first, as _context's query picks them; None when a time is not text (the query
-    compares it as SQLite does)."""
+    compares it as SQLite does). ``earliest`` holds every text time of the step's rows."""
     if not isinstance(row.ts, str):
         return None
-    since = earliest.get(row.ts)
-    if since is None:  # not a time: the query matches nothing
-        return [] if row.ts in earliest else None
+    since = earliest[row.ts]
+    if since is None:  # not a time SQLite reads: the query matches nothing
+        return []
     picked: list[Any] = []
     for place in range(at - 1, -1, -1):
         seq, ts, content = read[place]
