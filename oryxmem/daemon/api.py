@@ -1,4 +1,5 @@
-"""The memory API over HTTP/1.1 (docs/design.md §8): thin aiohttp handlers.
+"""The memory API over HTTP/1.1 (docs/design.md §8): the socket's application
+(httpserver.py serves it) and a thin handler for each operation of the table.
 
 Every reply, errors included, is the envelope ``{code, message, data,
 timestamp}``; ``code`` comes from the one table in errors.py and the HTTP
@@ -12,32 +13,21 @@ import asyncio
 import json
 import logging
 import os
-import re
 import time
 import urllib.parse
-import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from functools import partial
-from http import HTTPStatus
 from typing import Any
 
-from aiohttp import web, web_protocol, web_server
-from aiohttp.web_request import BaseRequest
-
-from oryxmem.daemon.arguments import BODY, CLIENT_TIMEOUT, arguments
+from oryxmem.daemon.arguments import arguments
+from oryxmem.daemon.httpserver import Call, Reply
 from oryxmem.daemon.readers import Readers
-from oryxmem.daemon.sockets import peer_uid
 from oryxmem.daemon.worker import MemoryWorker
 from oryxmem.errors import (
-    BodyTooLargeError,
-    ForbiddenError,
     InternalError,
-    InvalidFieldError,
-    MalformedRequestError,
     MethodNotAllowedError,
     NotFoundError,
     OryxError,
-    RequestTimeoutError,
     UnsafeAgentNameError,
     WrongWorkspaceError,
 )
@@ -68,135 +58,132 @@ from oryxmem.workspace import GLOBAL_AGENT, WORKSPACE_HEADER, AgentRef, agent_na
 log = logging.getLogger("oryxmem.daemon")
 
 MAX_BODY_BYTES = 1024 * 1024
-Handler = Callable[[web.Request], Awaitable[Any]]
-WORKER: web.AppKey[MemoryWorker] = web.AppKey("worker", MemoryWorker)
-READERS: web.AppKey[Readers] = web.AppKey("readers", Readers)
-HEALTH: web.AppKey[Callable[[], dict[str, Any]]] = web.AppKey("health")
-ROOT = web.AppKey("root", str)  # the workspace served, as realpath
+Args = dict[str, Any]
+OperationHandler = Callable[["Api", Call, Args], Awaitable[Any]]
+HANDLERS: dict[str, OperationHandler] = {}
 
 
 def envelope(code: int, message: str, data: Any) -> dict[str, Any]:
     return {"code": code, "message": message, "data": data, "timestamp": int(time.time() * 1000)}
 
 
-def error_response(error: OryxError) -> web.Response:
-    body = envelope(error.code, error.message, error.data or None)
-    return web.json_response(body, status=error.http_status, dumps=_dumps)
+def _reply(status: int, value: dict[str, Any], close: bool = False) -> Reply:
+    return Reply(status, json.dumps(value, ensure_ascii=False).encode(), close)
 
 
-def _dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False)
+class Routes:
+    """The operations by method and path: each path a list of segments, a ``{name}``
+    segment matching any one segment (percent-decoded into the argument)."""
+
+    def __init__(self, operations: Iterable[Operation]) -> None:
+        self.static: dict[str, dict[str, Operation]] = {}
+        self.templated: dict[int, list[tuple[list[str], dict[str, Operation]]]] = {}
+        by_path: dict[str, dict[str, Operation]] = {}
+        for operation in operations:
+            for path in operation.paths():
+                by_path.setdefault(path, {})[operation.method] = operation
+        for path, methods in by_path.items():
+            if "{" not in path:
+                self.static[path] = methods
+            else:
+                parts = path.split("/")
+                self.templated.setdefault(len(parts), []).append((parts, methods))
+
+    def routes(self) -> set[tuple[str, str]]:
+        """(method, path) of every route."""
+        found = {(method, path) for path, methods in self.static.items() for method in methods}
+        for candidates in self.templated.values():
+            for parts, methods in candidates:
+                found.update((method, "/".join(parts)) for method in methods)
+        return found
+
+    def find(self, method: str, raw_path: str) -> tuple[Operation, dict[str, str]]:
+        """The operation and its path arguments; NotFoundError or MethodNotAllowedError."""
+        parts = raw_path.split("/")
+        if "%" in raw_path:
+            parts = [urllib.parse.unquote(part) for part in parts]
+        path = "/".join(parts)
+        methods = self.static.get(path)
+        values: dict[str, str] | None = None
+        if methods is None:
+            for template, candidate in self.templated.get(len(parts), ()):
+                values = _matched(template, parts)
+                if values is not None:
+                    methods = candidate
+                    break
+        if methods is None:
+            raise NotFoundError(f"no route {method} {path}")
+        operation = methods.get(method)
+        if operation is None:
+            raise MethodNotAllowedError(f"{method} is not allowed on {path}")
+        return operation, values or {}
 
 
-_HTTP_ERRORS: dict[int, Callable[[str], OryxError]] = {
-    404: NotFoundError,
-    405: MethodNotAllowedError,
-    413: BodyTooLargeError,
-}
+def _matched(template: list[str], parts: list[str]) -> dict[str, str] | None:
+    values: dict[str, str] = {}
+    for want, part in zip(template, parts, strict=True):
+        if want.startswith("{"):
+            if not part:
+                return None
+            values[want[1:-1]] = part
+        elif want != part:
+            return None
+    return values
 
 
-# Connections whose peer was checked to be this user: once per connection, not per request.
-_TRUSTED: weakref.WeakSet[asyncio.BaseTransport] = weakref.WeakSet()
+class Api:
+    """The memory API as the socket's application: a request is routed by the operations
+    table, its arguments checked, its handler run; every reply, errors too, is the
+    envelope."""
 
-
-def check_peer(request: web.Request) -> None:
-    transport = request.transport
-    if transport is None or transport in _TRUSTED:
-        return
-    sock = transport.get_extra_info("socket")
-    if sock is not None and peer_uid(sock) != os.getuid():
-        raise ForbiddenError("this socket serves only the user who runs the daemon")
-    _TRUSTED.add(transport)
-
-
-@web.middleware
-async def wrap_in_envelope(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Refuse other users, and give every reply (errors too) the envelope."""
-    try:
-        check_peer(request)
-        check_workspace(request)
-        data = await handler(request)
-    except OryxError as error:
-        response = error_response(error)
-        if isinstance(error, RequestTimeoutError):
-            response.force_close()  # the rest of that body must not be read as a request
-        return response
-    except web.HTTPException as http_error:
-        make = _HTTP_ERRORS.get(http_error.status)
-        if make is None:
-            make = InvalidFieldError if http_error.status < 500 else InternalError
-        if http_error.status == 405:
-            detail = f"{request.method} is not allowed on {request.path}"
-        elif http_error.status == 404:
-            detail = f"no route {request.method} {request.path}"
-        elif http_error.status == 413:
-            detail = f"the request body is larger than {MAX_BODY_BYTES} bytes"
-        else:
-            detail = http_error.reason
-        return error_response(make(detail))
-    except Exception:
-        log.exception("%s %s failed", request.method, request.path)
-        return error_response(InternalError("an unexpected error; see the daemon log"))
-    return web.json_response(envelope(0, "ok", data), dumps=_dumps)
-
-
-def check_workspace(request: web.Request) -> None:
-    """A client that names the workspace it means (X-OryxOS-Workspace, percent-encoded)
-    is refused by a daemon that serves another: its save must not land elsewhere."""
-    meant = request.headers.get(WORKSPACE_HEADER)
-    if meant is None:
-        return
-    served = request.app[ROOT]
-    if os.path.realpath(urllib.parse.unquote(meant)) != served:
-        raise WrongWorkspaceError(
-            f"the daemon on this socket serves {served}, not {urllib.parse.unquote(meant)};"
-            " check ORYXMEM_SOCKET or daemon.socket"
-        )
-
-
-class EnvelopeRequestHandler(web_protocol.RequestHandler):
-    """aiohttp's connection handler, but a request its HTTP parser refuses (two
-    Content-Lengths, a 64 KiB header, garbage bytes) gets the envelope like every other
-    reply, and the log one line: no traceback, and none of the request's bytes (they
-    may be someone's memory)."""
-
-    def handle_error(
+    def __init__(
         self,
-        request: BaseRequest,
-        status: int = 500,
-        exc: BaseException | None = None,
-        message: str | None = None,
-    ) -> web.StreamResponse:
-        reason = str(getattr(exc, "message", "") or message or HTTPStatus(status).phrase)
-        # Only aiohttp's words: what it quotes of the request (b'...') stays out.
-        reason = re.split(r"""\s*b['"]""", reason.strip() or "bad request")[0]
-        reason = reason.splitlines()[0].rstrip(": ")[:120] if reason.strip() else "bad request"
-        log.warning("refused a malformed request (%s): %s", status, reason)
-        error = MalformedRequestError(f"malformed HTTP request: {reason}")
-        response = web.json_response(
-            envelope(error.code, error.message, None), status=status, dumps=_dumps
-        )
-        response.force_close()
-        return response
+        worker: MemoryWorker,
+        readers: Readers,
+        health: Callable[[], dict[str, Any]],
+    ) -> None:
+        self.worker = worker
+        self.readers = readers
+        self.health = health
+        self.root = os.path.realpath(worker.service.workspace.root)  # the workspace served
+        self.routes = Routes(OPERATIONS)
+
+    async def answer(self, call: Call) -> Reply:
+        try:
+            self.check_workspace(call)
+            operation, call.path_args = self.routes.find(call.method, call.path)
+            data = await HANDLERS[operation.name](self, call, arguments(call, operation))
+        except OryxError as error:
+            return self.refusal(error, close=False)
+        except Exception:
+            log.exception("%s %s failed", call.method, call.path)
+            return self.refusal(InternalError("an unexpected error; see the daemon log"), False)
+        return _reply(200, envelope(0, "ok", data))
+
+    def refusal(self, error: OryxError, close: bool = True) -> Reply:
+        body = envelope(error.code, error.message, error.data or None)
+        return _reply(error.http_status, body, close)
+
+    def check_workspace(self, call: Call) -> None:
+        """A client that names the workspace it means (X-OryxOS-Workspace, percent-encoded)
+        is refused by a daemon that serves another: its save must not land elsewhere."""
+        meant = call.header(WORKSPACE_HEADER)
+        if meant is None:
+            return
+        if os.path.realpath(urllib.parse.unquote(meant)) != self.root:
+            raise WrongWorkspaceError(
+                f"the daemon on this socket serves {self.root}, not {urllib.parse.unquote(meant)};"
+                " check ORYXMEM_SOCKET or daemon.socket"
+            )
 
 
-def use_envelope_handler(server: web_server.Server) -> None:
-    """Have this aiohttp server make its connections with EnvelopeRequestHandler."""
-    server.__class__ = _EnvelopeServer
-
-
-class _EnvelopeServer(web_server.Server):
-    def __call__(self) -> web_protocol.RequestHandler:
-        return EnvelopeRequestHandler(self, loop=self._loop, **self._kwargs)
-
-
-def path_agent(request: web.Request) -> AgentRef:
+def path_agent(request: Call) -> AgentRef:
     """The agent named in the URL; an unsafe name there is an error, not a fallback.
 
     Only the name is checked here; whether its folder is a symbolic link is asked on
     the memory thread (MemoryService.check_folder), by run_for or by the save's group.
     """
-    name = request.match_info.get("name")
+    name = request.path_args.get("name")
     if name is None:
         return AgentRef(None, GLOBAL_AGENT)
     problem = agent_name_problem(name)
@@ -214,28 +201,26 @@ def query_agent(args: Args) -> str | None:
     return agent
 
 
-async def run(request: web.Request, work: Callable[[MemoryService], Any]) -> Any:
-    return await asyncio.wrap_future(request.app[WORKER].call(work))
+async def run(api: Api, work: Callable[[MemoryService], Any]) -> Any:
+    return await asyncio.wrap_future(api.worker.call(work))
 
 
-async def ranked(
-    request: web.Request, ref: AgentRef | None, work: Callable[[MemoryService], Any]
-) -> Any:
+async def ranked(api: Api, ref: AgentRef | None, work: Callable[[MemoryService], Any]) -> Any:
     """A search (or a recall by meaning) on a reader thread (readers.py says why). The
     rows must hold every save acknowledged before this request and the keyword indexes
     every row, unless they have a backlog to take in (which the indexer does meanwhile;
     the search says how much); and the agent named in the URL must be found safe. When
     the rows hold them and the reader finds the indexes current, it answers at once;
     else the memory thread brings them up first (a save just answered, a reconcile)."""
-    readers = request.app[READERS]
-    if request.app[WORKER].saving.every_answered_save_in_rows:
+    readers = api.readers
+    if api.worker.saving.every_answered_save_in_rows:
         answer = await asyncio.wrap_future(readers.call(partial(_if_current, ref, work)))
         if answer is not _BEHIND:
             return answer
     if ref is None:
-        await run(request, _follow_saves)
+        await run(api, _follow_saves)
     else:
-        await run_for(request, ref, _follow_saves)
+        await run_for(api, ref, _follow_saves)
     return await asyncio.wrap_future(readers.call(work))
 
 
@@ -257,19 +242,14 @@ def _follow_saves(service: MemoryService) -> int:
     return service.upkeep.follow_saves()
 
 
-async def run_for(request: web.Request, ref: AgentRef, work: Callable[[MemoryService], Any]) -> Any:
+async def run_for(api: Api, ref: AgentRef, work: Callable[[MemoryService], Any]) -> Any:
     """run() for the agent named in the URL, once its folder is found safe."""
 
     def checked(service: MemoryService) -> Any:
         service.check_folder(ref)
         return work(service)
 
-    return await run(request, checked)
-
-
-Args = dict[str, Any]
-OperationHandler = Callable[[web.Request, Args], Awaitable[Any]]
-HANDLERS: dict[str, OperationHandler] = {}
+    return await run(api, checked)
 
 
 def handles(name: str) -> Callable[[OperationHandler], OperationHandler]:
@@ -287,17 +267,17 @@ def handles(name: str) -> Callable[[OperationHandler], OperationHandler]:
 
 
 @handles("health")
-async def health(request: web.Request, args: Args) -> Any:
+async def health(api: Api, request: Call, args: Args) -> Any:
     def summary(service: MemoryService) -> dict[str, Any]:
         # rows_waiting: the agents whose answered saves the mirror this call began with
         # could not put in the rows (the database was locked a moment)
         indexes, waiting = service.index_summary(), service.saving.unmirrored_agents
         return {"sync": sync_summary(service.db), "indexes": indexes, "rows_waiting": waiting}
 
-    data = request.app[HEALTH]()
+    data = api.health()
     rates = data.pop("index_rates", {})
     try:  # health answers even while the memory thread is held up (say, by a lock)
-        data.update(await asyncio.wait_for(asyncio.shield(run(request, summary)), 2.0))
+        data.update(await asyncio.wait_for(asyncio.shield(run(api, summary)), 2.0))
     except TimeoutError:
         data["sync"] = data["indexes"] = "unknown: the memory thread is busy"
     else:  # each index's backlog, and the pace the indexer takes it in at (rows/s)
@@ -307,19 +287,19 @@ async def health(request: web.Request, args: Args) -> Any:
 
 
 @handles("openapi")
-async def openapi(request: web.Request, args: Args) -> Any:
+async def openapi(api: Api, request: Call, args: Args) -> Any:
     return openapi_document()
 
 
 @handles("agents")
-async def list_agents(request: web.Request, args: Args) -> Any:
-    return await run(request, lambda s: agents_data(s.agents()))
+async def list_agents(api: Api, request: Call, args: Args) -> Any:
+    return await run(api, lambda s: agents_data(s.agents()))
 
 
 @handles("memory")
-async def get_memory(request: web.Request, args: Args) -> Any:
+async def get_memory(api: Api, request: Call, args: Args) -> Any:
     ref = path_agent(request)
-    return await run_for(request, ref, lambda s: memory_data(s.get(ref.agent)))
+    return await run_for(api, ref, lambda s: memory_data(s.get(ref.agent)))
 
 
 # Who a change is recorded as coming from in history: "socket", or what the client says
@@ -328,30 +308,30 @@ SOURCE_HEADER = "X-OryxOS-Source"
 NAMED_SOURCES = frozenset({"console"})
 
 
-def source_of(request: web.Request) -> str:
-    said = request.headers.get(SOURCE_HEADER)
+def source_of(request: Call) -> str:
+    said = request.header(SOURCE_HEADER)
     return said if said in NAMED_SOURCES else "socket"
 
 
 @handles("entries")
-async def entries(request: web.Request, args: Args) -> Any:
+async def entries(api: Api, request: Call, args: Args) -> Any:
     ref = path_agent(request)
     scope, offset, limit, order = args["scope"], args["offset"], args["limit"], args["order"]
 
     def page(service: MemoryService) -> dict[str, Any]:
         return page_data(service.page(ref.agent, scope, offset, limit, order == "newest"), order)
 
-    return await run_for(request, ref, page)
+    return await run_for(api, ref, page)
 
 
 @handles("entry")
-async def entry(request: web.Request, args: Args) -> Any:
+async def entry(api: Api, request: Call, args: Args) -> Any:
     ref = path_agent(request)
-    return await run_for(request, ref, lambda s: found_entry_data(*s.find(ref.agent, args["id"])))
+    return await run_for(api, ref, lambda s: found_entry_data(*s.find(ref.agent, args["id"])))
 
 
 @handles("forget")
-async def forget(request: web.Request, args: Args) -> Any:
+async def forget(api: Api, request: Call, args: Args) -> Any:
     ref = path_agent(request)
     ids, source, purge = args["ids"], source_of(request), bool(args.get("purge"))
 
@@ -359,13 +339,13 @@ async def forget(request: web.Request, args: Args) -> Any:
         edited = service.forget(ref.agent, ids, purge=purge, source=source)
         return forgotten_data(edited, service.resolve(ref.agent))
 
-    data = await run_for(request, ref, remove)
-    request.app[WORKER].on_mirrored()  # the indexes let the entries go
+    data = await run_for(api, ref, remove)
+    api.worker.on_mirrored()  # the indexes let the entries go
     return data
 
 
 @handles("edit")
-async def edit(request: web.Request, args: Args) -> Any:
+async def edit(api: Api, request: Call, args: Args) -> Any:
     ref = path_agent(request)
     change, source = {args["id"]: args["content"]}, source_of(request)
 
@@ -373,31 +353,31 @@ async def edit(request: web.Request, args: Args) -> Any:
         edited = service.edit(ref.agent, (), change, source=source)
         return edited_data(edited, service.resolve(ref.agent))
 
-    data = await run_for(request, ref, rewrite)
-    request.app[WORKER].on_mirrored()  # the indexes take the new text in
+    data = await run_for(api, ref, rewrite)
+    api.worker.on_mirrored()  # the indexes take the new text in
     return data
 
 
 @handles("save")
-async def save(request: web.Request, args: Args) -> Any:
+async def save(api: Api, request: Call, args: Args) -> Any:
     ref = path_agent(request)
     saving = SaveRequest(args["content"], args["scope"], source_of(request))
-    return save_data(await request.app[WORKER].save_on_loop(ref, saving))
+    return save_data(await api.worker.save_on_loop(ref, saving))
 
 
 @handles("recall")
-async def recall(request: web.Request, args: Args) -> Any:
+async def recall(api: Api, request: Call, args: Args) -> Any:
     ref = path_agent(request)
 
     def answer(service: MemoryService) -> dict[str, Any]:
         return recall_data(service.recall(ref.agent, args["keyword"]))
 
-    ranks = request.app[WORKER].service.recall_ranks
-    return await (ranked if ranks else run_for)(request, ref, answer)
+    ranks = api.worker.service.recall_ranks
+    return await (ranked if ranks else run_for)(api, ref, answer)
 
 
 @handles("search")
-async def search(request: web.Request, args: Args) -> Any:
+async def search(api: Api, request: Call, args: Args) -> Any:
     ref = path_agent(request)
     least = RECALL_MIN_SIMILARITY if args["relevant"] else None
 
@@ -407,18 +387,18 @@ async def search(request: web.Request, args: Args) -> Any:
         )
         return search_data(found)
 
-    return await ranked(request, ref, answer)
+    return await ranked(api, ref, answer)
 
 
 @handles("reindex")
-async def reindex(request: web.Request, args: Args) -> Any:
-    data = await run(request, lambda s: s.start_reindex(args["agent"]))
-    request.app[WORKER].on_mirrored()  # the indexer thread embeds what is to be done again
+async def reindex(api: Api, request: Call, args: Args) -> Any:
+    data = await run(api, lambda s: s.start_reindex(args["agent"]))
+    api.worker.on_mirrored()  # the indexer thread embeds what is to be done again
     return data
 
 
 @handles("context")
-async def context(request: web.Request, args: Args) -> Any:
+async def context(api: Api, request: Call, args: Args) -> Any:
     ref = path_agent(request)
     session, query = args["session"], args["query"]
 
@@ -429,80 +409,78 @@ async def context(request: web.Request, args: Args) -> Any:
         return data
 
     if query is None:
-        return await run_for(request, ref, build)
-    return await ranked(request, ref, build)  # a search: on a reader thread
+        return await run_for(api, ref, build)
+    return await ranked(api, ref, build)  # a search: on a reader thread
 
 
 @handles("prompt")
-async def prompt(request: web.Request, args: Args) -> Any:
+async def prompt(api: Api, request: Call, args: Args) -> Any:
     ref = path_agent(request)
 
     def build(service: MemoryService) -> dict[str, Any]:
         return prompt_data(service, ref.agent, args["session"], args["turns"], args["query"])
 
     if args["query"] is None:
-        return await run_for(request, ref, build)
-    return await ranked(request, ref, build)  # a search: on a reader thread
+        return await run_for(api, ref, build)
+    return await ranked(api, ref, build)  # a search: on a reader thread
 
 
 @handles("history")
-async def history(request: web.Request, args: Args) -> Any:
+async def history(api: Api, request: Call, args: Args) -> Any:
     agent = query_agent(args)
-    return await run(request, lambda s: s.audit_log(agent, args["limit"]))
+    return await run(api, lambda s: s.audit_log(agent, args["limit"]))
 
 
 @handles("tools")
-async def list_tools(request: web.Request, args: Args) -> Any:
+async def list_tools(api: Api, request: Call, args: Args) -> Any:
     return tool_schemas()
 
 
 @handles("trigger")
-async def trigger(request: web.Request, args: Args) -> Any:
+async def trigger(api: Api, request: Call, args: Args) -> Any:
     ref = path_agent(request)
-    worker = request.app[WORKER]
+    worker = api.worker
     limit = worker.service.config.footprint_max_chars
     footprint = SaveRequest.footprint(args["user_message"], args["reply"], limit, "socket")
     return save_data(await worker.save_on_loop(ref, footprint))
 
 
 @handles("save_memory")
-async def tool_save_memory(request: web.Request, args: Args) -> Any:
-    call = tool_call(request, "save_memory", request[BODY])
+async def tool_save_memory(api: Api, request: Call, args: Args) -> Any:
+    call = tool_call(request, "save_memory", request.json)
 
     async def save(service: MemoryService) -> Any:
         # On a reader: on the memory thread it would wait for a mirror of earlier saves.
-        ref = await asyncio.wrap_future(request.app[READERS].call(lambda s: s.resolve(call.agent)))
+        ref = await asyncio.wrap_future(api.readers.call(lambda s: s.resolve(call.agent)))
         saving = save_request(call.body, "socket")
-        return save_data(await request.app[WORKER].save_on_loop(ref, saving))
+        return save_data(await api.worker.save_on_loop(ref, saving))
 
-    return await _tool(request, call, save)
+    return await _tool(api, call, save)
 
 
 @handles("recall_memory")
-async def tool_recall_memory(request: web.Request, args: Args) -> Any:
-    call = tool_call(request, "recall_memory", request[BODY])
+async def tool_recall_memory(api: Api, request: Call, args: Args) -> Any:
+    call = tool_call(request, "recall_memory", request.json)
 
     async def recall(service: MemoryService) -> Any:
         recall_args = RecallArgs.of(call.body)
         if recall_args.ranks(service):
-            return await ranked(request, None, lambda s: recall_args.answer(s, call.agent))
-        return await run(request, lambda s: recall_args.answer(s, call.agent))
+            return await ranked(api, None, lambda s: recall_args.answer(s, call.agent))
+        return await run(api, lambda s: recall_args.answer(s, call.agent))
 
-    return await _tool(request, call, recall)
+    return await _tool(api, call, recall)
 
 
-def tool_call(request: web.Request, tool: str, body: dict[str, Any]) -> ToolCall:
+def tool_call(request: Call, tool: str, body: dict[str, Any]) -> ToolCall:
     """A tool call names its agent in the body or the X-OryxOS-Agent header."""
-    headers = request.headers
-    return ToolCall.of(tool, body, headers.get("X-OryxOS-Agent"), headers.get("X-OryxOS-Session"))
+    agent, session = request.header("X-OryxOS-Agent"), request.header("X-OryxOS-Session")
+    return ToolCall.of(tool, body, agent, session)
 
 
-async def _tool(
-    request: web.Request, call: ToolCall, do: Callable[[MemoryService], Awaitable[Any]]
-) -> Any:
+async def _tool(api: Api, call: ToolCall, do: Callable[[MemoryService], Awaitable[Any]]) -> Any:
     """Run a tool exactly as an agent calls it; its record goes to tool_invocations with
     the memory thread's next mirror, never between the call and its answer."""
-    worker = request.app[WORKER]
+    worker = api.worker
     try:
         output = await do(worker.service)
     except OryxError as error:
@@ -513,68 +491,38 @@ async def _tool(
 
 
 @handles("create_session")
-async def create_session(request: web.Request, args: Args) -> Any:
-    info = await run(request, lambda s: s.create_session(args["agent"]))
+async def create_session(api: Api, request: Call, args: Args) -> Any:
+    info = await run(api, lambda s: s.create_session(args["agent"]))
     return info.__dict__
 
 
 @handles("sessions")
-async def sessions(request: web.Request, args: Args) -> Any:
+async def sessions(api: Api, request: Call, args: Args) -> Any:
     agent = query_agent(args)
-    return await run(request, lambda s: sessions_data(s.recent_sessions(agent, args["limit"])))
+    return await run(api, lambda s: sessions_data(s.recent_sessions(agent, args["limit"])))
 
 
 @handles("append_message")
-async def append_message(request: web.Request, args: Args) -> Any:
+async def append_message(api: Api, request: Call, args: Args) -> Any:
     session, role, content = args["session"], args["role"], args["content"]
-    count = await run(request, lambda s: s.append_message(session, role, content))
-    request.app[WORKER].on_mirrored()  # the indexer takes the round in (episodes)
+    count = await run(api, lambda s: s.append_message(session, role, content))
+    api.worker.on_mirrored()  # the indexer takes the round in (episodes)
     return {"session": session, "messages": count}
 
 
 @handles("episodes_search")
-async def search_episodes(request: web.Request, args: Args) -> Any:
+async def search_episodes(api: Api, request: Call, args: Args) -> Any:
     ref = path_agent(request)
 
     def answer(service: MemoryService) -> dict[str, Any]:
         hits = service.search_episodes(ref.agent, args["query"], args["limit"], args["exclude"])
         return episodes_data(ref, hits)
 
-    return await ranked(request, ref, answer)
+    return await ranked(api, ref, answer)
 
 
 @handles("session_messages")
-async def session_history(request: web.Request, args: Args) -> Any:
+async def session_history(api: Api, request: Call, args: Args) -> Any:
     session = args["session"]
-    messages = await run(request, lambda s: s.history(session, args["turns"]))
+    messages = await run(api, lambda s: s.history(session, args["turns"]))
     return {"session": session, "messages": messages}
-
-
-def _route(operation: Operation) -> Handler:
-    handler = HANDLERS[operation.name]
-
-    async def served(request: web.Request) -> Any:
-        return await handler(request, await arguments(request, operation))
-
-    return served
-
-
-def make_app(
-    worker: MemoryWorker,
-    readers: Readers,
-    health_data: Callable[[], dict[str, Any]],
-    client_timeout: float,
-) -> web.Application:
-    app = web.Application(middlewares=[wrap_in_envelope], client_max_size=MAX_BODY_BYTES)
-    app[WORKER] = worker
-    app[READERS] = readers
-    app[HEALTH] = health_data
-    app[CLIENT_TIMEOUT] = client_timeout
-    app[ROOT] = os.path.realpath(worker.service.workspace.root)
-    routes = [
-        web.route(operation.method, path, _route(operation))
-        for operation in OPERATIONS
-        for path in operation.paths()
-    ]
-    app.add_routes(routes)
-    return app

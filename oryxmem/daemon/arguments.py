@@ -3,36 +3,21 @@ the path and the query, each value by its entry (type, limits, choices)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
-from aiohttp import web
-
+from oryxmem.daemon.httpserver import Call
 from oryxmem.errors import (
     EmptyKeywordError,
     InvalidContentError,
     InvalidFieldError,
     InvalidJsonError,
-    RequestTimeoutError,
 )
 from oryxmem.operations import Operation, Param
 from oryxmem.store.format import has_lone_surrogate
 
-CLIENT_TIMEOUT = web.AppKey("client_timeout", float)
-BODY = web.RequestKey("body", dict)  # the JSON body, once arguments() has read it
 
-
-async def json_body(request: web.Request) -> dict[str, Any]:
-    if request.content.is_eof():
-        raw = await request.read()  # all here already (the usual case): no timer needed
-    else:
-        try:
-            raw = await asyncio.wait_for(request.read(), request.app[CLIENT_TIMEOUT])
-        except TimeoutError:
-            raise RequestTimeoutError(
-                f"the body did not arrive within {request.app[CLIENT_TIMEOUT]} s; closing"
-            ) from None
+def json_body(raw: bytes) -> dict[str, Any]:
     if not raw:
         return {}
     try:
@@ -64,18 +49,18 @@ def refuse_lone_surrogates(value: Any) -> None:
             stack.extend(item)
 
 
-async def arguments(request: web.Request, operation: Operation) -> dict[str, Any]:
+def arguments(call: Call, operation: Operation) -> dict[str, Any]:
     """The operation's arguments from the path, the query and the body, each checked
     against its entry in the table (type, limits, choices); absent ones are their
     default. The body is read only by an operation that takes one."""
-    body = await json_body(request) if operation.has_body else {}
-    request[BODY] = body  # as sent: an agent tool's call is recorded as it was made
+    body = json_body(call.body) if operation.has_body else {}
+    call.json = body  # as sent: an agent tool's call is recorded as it was made
     args: dict[str, Any] = {}
     for param in operation.params:
         if param.where == "body":
             args[param.name] = body_value(param, body)
         else:
-            source = request.match_info if param.where == "path" else request.query
+            source = call.path_args if param.where == "path" else call.query
             args[param.name] = text_value(param, source.get(param.wire))
     return args
 

@@ -20,13 +20,13 @@ from pathlib import Path
 from typing import Any
 
 import uvloop
-from aiohttp import web
 
 from oryxmem import __version__
 from oryxmem.config import Config
 from oryxmem.daemon import api, sockets
 from oryxmem.daemon.background import Background
 from oryxmem.daemon.gitsync import GitSyncThread
+from oryxmem.daemon.httpserver import ApiServer
 from oryxmem.daemon.indexer import Indexer
 from oryxmem.daemon.notify import notify, watchdog_interval
 from oryxmem.daemon.readers import Readers
@@ -184,34 +184,11 @@ class Daemon:
     async def _serve(self, sock: socket.socket) -> None:
         assert self.worker is not None and self.watcher is not None and self.readers is not None
         client_timeout = float(self.config.get("daemon.client_timeout_seconds"))
-        app = api.make_app(self.worker, self.readers, self.health, client_timeout)
-        # Each reply says how long an idle connection is kept (the keep-alive timer below):
-        # the client opens a new one rather than send on one that may be closing.
-        keep_alive = f"timeout={client_timeout:g}"
-
-        async def answered(request: web.Request, response: web.StreamResponse) -> None:
-            self.last_request = time.monotonic()
-            response.headers["Keep-Alive"] = keep_alive
-
-        app.on_response_prepare.append(answered)
-        runner = web.AppRunner(
-            app,
-            handle_signals=False,
-            access_log=None,
-            # Both also bound a client that stalls: one that never finishes its headers is
-            # closed by the keep-alive timer, and an unread body is not waited for longer.
-            keepalive_timeout=client_timeout,
-            lingering_time=client_timeout,
-            shutdown_timeout=DRAIN_SECONDS,
+        application = api.Api(self.worker, self.readers, self.health)
+        server = ApiServer(
+            application, client_timeout, api.MAX_BODY_BYTES, os.getuid(), self._answered
         )
-        await runner.setup()
-        assert runner.server is not None
-        api.use_envelope_handler(runner.server)
-        # aiohttp would listen() again with its own backlog of 128: keep the socket's.
-        site = web.SockSite(
-            runner, sock, shutdown_timeout=DRAIN_SECONDS, backlog=sockets.LISTEN_BACKLOG
-        )
-        await site.start()
+        await server.start(sock, sockets.LISTEN_BACKLOG)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
@@ -228,7 +205,10 @@ class Daemon:
         pinger.cancel()
         follower.cancel()
         idler.cancel()
-        await runner.cleanup()
+        await server.stop(DRAIN_SECONDS)
+
+    def _answered(self) -> None:
+        self.last_request = time.monotonic()
 
     async def _stop_when_idle(self, stop: asyncio.Event) -> None:
         """A daemon started in the background goes once nobody has asked it anything for
