@@ -67,8 +67,11 @@ def envelope(code: int, message: str, data: Any) -> dict[str, Any]:
     return {"code": code, "message": message, "data": data, "timestamp": int(time.time() * 1000)}
 
 
+_JSON = json.JSONEncoder(ensure_ascii=False)  # one encoder: made per call, it costs more
+
+
 def _reply(status: int, value: dict[str, Any], close: bool = False) -> Reply:
-    return Reply(status, json.dumps(value, ensure_ascii=False).encode(), close)
+    return Reply(status, _JSON.encode(value).encode(), close)
 
 
 class Routes:

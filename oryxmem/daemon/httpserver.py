@@ -107,6 +107,7 @@ class _Connection(asyncio.Protocol):
         self.forbidden = False
         self.timer: asyncio.TimerHandle | None = None
         self.refused: OryxError | None = None  # why a callback stopped the parser
+        self.task: asyncio.Task[None] | None = None  # the answer being made
 
     # --- the transport ---------------------------------------------------------------
 
@@ -141,7 +142,7 @@ class _Connection(asyncio.Protocol):
             return
         partial = self.partial
         if partial is not None and partial.headers_done and self.timer is None:
-            self.timer = self.loop.call_later(self.server.client_timeout, self._body_late)
+            self._body_timer()
 
     # --- the parser's callbacks ------------------------------------------------------
 
@@ -220,15 +221,18 @@ class _Connection(asyncio.Protocol):
             if self.paused and self.transport is not None:
                 self.transport.resume_reading()
                 self.paused = False
-            if self.partial is None:
-                self._idle()
+            partial = self.partial
+            if partial is None or not partial.headers_done:
+                self._idle()  # closes a connection left idle, or stalled in its headers
+            elif self.timer is None:
+                self._body_timer()
             return
         call = self.queue.popleft()
         if self.forbidden:
             self._refuse(ForbiddenError("this socket serves only the user who runs the daemon"))
             return
         self.busy = True
-        self.loop.create_task(self._answer(call))
+        self.task = self.loop.create_task(self._answer(call))  # held: the loop's ref is weak
 
     async def _answer(self, call: Call) -> None:
         try:
@@ -255,7 +259,22 @@ class _Connection(asyncio.Protocol):
         )
         transport.write(head.encode("ascii") + reply.body)
         if close:
-            self.closing = True
+            self._end(transport)
+
+    def _end(self, transport: asyncio.Transport) -> None:
+        """Close after what was written, lingering: the client may still be sending (a
+        body refused at its headers) and must read the reply, not a broken pipe. What it
+        sends meanwhile is dropped, and the connection ends when it closes its side, or
+        after ``client_timeout``."""
+        self.closing = True
+        self._cancel_timer()
+        if self.paused:
+            transport.resume_reading()
+            self.paused = False
+        if transport.can_write_eof():
+            transport.write_eof()
+            self.timer = self.loop.call_later(self.server.client_timeout, transport.close)
+        else:
             transport.close()
 
     def _refuse(self, error: OryxError) -> None:
@@ -290,6 +309,9 @@ class _Connection(asyncio.Protocol):
     def _idle(self) -> None:
         self._cancel_timer()
         self.timer = self.loop.call_later(self.server.client_timeout, self._close_idle)
+
+    def _body_timer(self) -> None:
+        self.timer = self.loop.call_later(self.server.client_timeout, self._body_late)
 
     def _close_idle(self) -> None:
         self.timer = None
