@@ -2,18 +2,23 @@
 httptools) under an asyncio protocol, each connection's requests answered in order.
 
 Every route of the socket takes JSON and answers a JSON envelope, so the server only
-parses, hands a whole request to the application and writes its reply. A full web
-framework's request and response objects cost about 0.12 ms of the interpreter per
-request, a third of the daemon's work per save (docs/performance.md); this costs a few
-tens of µs. The console, which serves pages, runs on aiohttp in its own process.
+parses, hands a whole request to the application and writes its reply. A web
+framework's request, response and task per request took the event loop about twice
+as long per save, while the loop's time is a third of what the daemon's one
+interpreter does for a save (docs/performance.md). The console, which serves pages,
+runs on aiohttp in its own process.
 
 What a client that misbehaves gets:
+- a peer of another user: a 403 for its request, and the connection closed;
 - bytes that are not HTTP, a request line or header over ``MAX_FIELD_BYTES``, or more
   than ``MAX_HEADERS`` headers: a 400 (``MalformedRequestError``) and the connection
   closed; the log gets one line without the request's bytes;
 - a body over ``max_body`` bytes: a 413, at its headers, and the connection closed;
 - a body that does not arrive within ``client_timeout``: a 408 and the connection
   closed; a connection idle that long (or stalled in its headers) is closed.
+
+A connection closed after a reply is closed lingering (``_Connection._end``): the
+client reads the reply whole even while it is still sending.
 """
 
 from __future__ import annotations

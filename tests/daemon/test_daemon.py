@@ -9,14 +9,13 @@ import socket
 import stat
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support.daemon import RunningDaemon, daemon
+from support.daemon import RunningDaemon, daemon, daemon_on_new_workspace
 from support.sync import (
     Background,
     all_done,
@@ -54,17 +53,8 @@ def running(workspace: Workspace, tmp_path: Path) -> Iterator[RunningDaemon]:
 def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningDaemon]:
     """One daemon for the tests that only need one running: each uses agents of its own
     (bad input is sent to 'untouched', which nothing ever creates)."""
-    from oryxmem.config import default_config_text
-    from oryxmem.workspace import init_workspace
-
-    root = tmp_path_factory.mktemp("shared") / "ws"
-    init_workspace(root, config_text=default_config_text())
-    workspace = Workspace(root.resolve())
-    set_value(workspace.config_path, "daemon.client_timeout_seconds", "1")
-    with tempfile.TemporaryDirectory(prefix="oxs-", dir="/tmp") as short:
-        env = {"ORYXMEM_SOCKET": os.path.join(short, "s.sock"), "ORYXMEM_ROOT": str(root)}
-        with daemon(workspace, root.parent / "daemon.log", env=env) as proc:
-            yield proc
+    with daemon_on_new_workspace(tmp_path_factory.mktemp("shared"), client_timeout=1) as proc:
+        yield proc
 
 
 def test_every_route_with_curl_and_the_client_while_files_and_rows_change(

@@ -5,19 +5,16 @@ found from the operations table; a stop that answers what is in flight."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
-import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support.daemon import RunningDaemon, daemon
+from support.daemon import RunningDaemon, daemon, daemon_on_new_workspace
 
 from oryxmem.client import Client
-from oryxmem.config import set_value
 from oryxmem.daemon.api import Routes
 from oryxmem.errors import MethodNotAllowedError, NotFoundError, OryxError, UnsafeAgentNameError
 from oryxmem.operations import BY_NAME, OPERATIONS
@@ -26,17 +23,8 @@ from oryxmem.workspace import Workspace
 
 @pytest.fixture(scope="module")
 def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningDaemon]:
-    from oryxmem.config import default_config_text
-    from oryxmem.workspace import init_workspace
-
-    root = tmp_path_factory.mktemp("http") / "ws"
-    init_workspace(root, config_text=default_config_text())
-    workspace = Workspace(root.resolve())
-    set_value(workspace.config_path, "daemon.client_timeout_seconds", "2")
-    with tempfile.TemporaryDirectory(prefix="oxh-", dir="/tmp") as short:
-        env = {"ORYXMEM_SOCKET": os.path.join(short, "s.sock"), "ORYXMEM_ROOT": str(root)}
-        with daemon(workspace, root.parent / "daemon.log", env=env) as proc:
-            yield proc
+    with daemon_on_new_workspace(tmp_path_factory.mktemp("http"), client_timeout=2) as proc:
+        yield proc
 
 
 def exchange(running: RunningDaemon, data: bytes, replies: int) -> list[tuple[bytes, bytes]]:

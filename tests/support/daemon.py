@@ -116,3 +116,22 @@ def daemon(workspace: Workspace, log: Path, **kwargs: Any) -> Iterator[RunningDa
         if running.proc.poll() is None:
             assert running.stop() == 0, running.text()
         assert "Traceback" not in running.text(), running.text()
+
+
+@contextmanager
+def daemon_on_new_workspace(folder: Path, client_timeout: int) -> Iterator[RunningDaemon]:
+    """A daemon on a workspace made in ``folder``, its socket at a short path outside it
+    (one daemon a test module shares), with this client_timeout_seconds."""
+    import tempfile
+
+    from oryxmem.config import default_config_text, set_value
+    from oryxmem.workspace import init_workspace
+
+    root = folder / "ws"
+    init_workspace(root, config_text=default_config_text())
+    workspace = Workspace(root.resolve())
+    set_value(workspace.config_path, "daemon.client_timeout_seconds", str(client_timeout))
+    with tempfile.TemporaryDirectory(prefix="oxs-", dir="/tmp") as short:
+        env = {"ORYXMEM_SOCKET": os.path.join(short, "s.sock"), "ORYXMEM_ROOT": str(root)}
+        with daemon(workspace, folder / "daemon.log", env=env) as proc:
+            yield proc
