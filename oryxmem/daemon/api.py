@@ -116,7 +116,8 @@ class Routes:
                     break
         if methods is None:
             raise NotFoundError(f"no route {method} {path}")
-        operation = methods.get(method)
+        # HEAD is GET's answer without its body (the server leaves the body out)
+        operation = methods.get("GET" if method == "HEAD" else method)
         if operation is None:
             raise MethodNotAllowedError(f"{method} is not allowed on {path}")
         return operation, values or {}

@@ -248,10 +248,10 @@ class _Connection(asyncio.Protocol):
         self.busy = False
         self.server.answered()
         close = reply.close or not call.keep_alive or self.closing or self.server.stopping
-        self._write(reply, close)
+        self._write(reply, close, head_only=call.method == "HEAD")
         self._next()
 
-    def _write(self, reply: Reply, close: bool) -> None:
+    def _write(self, reply: Reply, close: bool, head_only: bool = False) -> None:
         transport = self.transport
         if transport is None or transport.is_closing():
             return
@@ -262,7 +262,7 @@ class _Connection(asyncio.Protocol):
             + ("Connection: close\r\n" if close else self.server.keep_alive_header)
             + "\r\n"
         )
-        transport.write(head.encode("ascii") + reply.body)
+        transport.write(head.encode("ascii") if head_only else head.encode("ascii") + reply.body)
         if close:
             self._end(transport)
 

@@ -132,7 +132,7 @@ def test_a_chunked_body_over_one_mebibyte_is_refused_and_nothing_is_saved(
     assert not running.workspace.memory_path("toolarge").exists()
 
 
-def test_http_1_0_is_answered_and_closed_and_unknown_methods_get_405(
+def test_http_1_0_is_answered_and_closed_and_unknown_methods_and_paths_refused(
     running: RunningDaemon,
 ) -> None:
     with socket.socket(socket.AF_UNIX) as conn:
@@ -143,7 +143,7 @@ def test_http_1_0_is_answered_and_closed_and_unknown_methods_get_405(
         while chunk := conn.recv(65536):  # the daemon ends the connection
             reply += chunk
     assert reply.startswith(b"HTTP/1.1 200 OK") and b"Connection: close" in reply
-    ((head, body),) = exchange(running, b"HEAD /api/v1/health HTTP/1.1\r\nHost: x\r\n\r\n", 1)
+    ((head, body),) = exchange(running, b"DELETE /api/v1/health HTTP/1.1\r\nHost: x\r\n\r\n", 1)
     assert status_of(head) == 405 and json.loads(body)["code"] == MethodNotAllowedError.code
     ((head, body),) = exchange(running, b"GET /api/v1/nothing/here HTTP/1.1\r\nHost: x\r\n\r\n", 1)
     assert status_of(head) == 404 and json.loads(body)["code"] == NotFoundError.code
@@ -175,6 +175,7 @@ def test_routes_find_every_operation_by_its_paths_and_decode_their_arguments() -
     found, values = routes.find("GET", "/api/v1/agents/a%2Fb/memory/entries/x%20y")
     assert found is BY_NAME["entry"] and values == {"name": "a/b", "id": "x y"}
     assert routes.find("GET", "/api/v1/%68ealth")[0] is BY_NAME["health"]
+    assert routes.find("HEAD", "/api/v1/agents/coder/memory")[0] is BY_NAME["memory"]
     for method, path, error in [
         ("GET", "/api/v1/agents//memory", NotFoundError),
         ("GET", "/api/v1/health/", NotFoundError),
@@ -234,3 +235,17 @@ def test_a_connection_stalled_in_its_next_request_s_headers_is_closed(
         while chunk := conn.recv(65536):
             received += chunk
     assert received.startswith(b"HTTP/1.1 200 OK") and received.count(b"HTTP/1.1") == 1
+
+
+def test_head_is_get_s_answer_without_its_body(running: RunningDaemon) -> None:
+    with socket.socket(socket.AF_UNIX) as conn:
+        conn.settimeout(10)
+        conn.connect(str(running.socket))
+        conn.sendall(b"HEAD /api/v1/tools HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        received = b""
+        while chunk := conn.recv(65536):
+            received += chunk
+    head, _, body = received.partition(b"\r\n\r\n")
+    assert status_of(head) == 200 and body == b""
+    length = next(line for line in head.split(b"\r\n") if line.startswith(b"Content-Length:"))
+    assert int(length.split(b":")[1]) > 1000  # what GET would have sent
