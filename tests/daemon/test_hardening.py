@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket as sockets
 import stat
 import subprocess
 import sys
@@ -554,17 +553,6 @@ def test_a_lone_surrogate_sent_as_utf_8_bytes_is_refused_like_an_escaped_one(
     assert "Traceback" not in running.text()
 
 
-def raw_exchange(running: RunningDaemon, data: bytes) -> bytes:
-    with sockets.socket(sockets.AF_UNIX) as conn:
-        conn.settimeout(10)
-        conn.connect(str(running.socket))
-        conn.sendall(data)
-        received = b""
-        while chunk := conn.recv(65536):
-            received += chunk
-    return received
-
-
 @pytest.mark.parametrize(
     "request_bytes",
     [
@@ -577,7 +565,7 @@ def raw_exchange(running: RunningDaemon, data: bytes) -> bytes:
 def test_an_http_parser_error_gets_the_envelope_and_one_log_line_without_its_bytes(
     running: RunningDaemon, request_bytes: bytes
 ) -> None:
-    reply = raw_exchange(running, request_bytes)
+    reply = running.until_closed(request_bytes)
     head, _, body = reply.partition(b"\r\n\r\n")
     assert head.split(b" ")[1].startswith(b"4"), head
     assert b"application/json" in head

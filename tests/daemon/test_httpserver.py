@@ -135,13 +135,7 @@ def test_a_chunked_body_over_one_mebibyte_is_refused_and_nothing_is_saved(
 def test_http_1_0_is_answered_and_closed_and_unknown_methods_and_paths_refused(
     running: RunningDaemon,
 ) -> None:
-    with socket.socket(socket.AF_UNIX) as conn:
-        conn.settimeout(10)
-        conn.connect(str(running.socket))
-        conn.sendall(b"GET /api/v1/health HTTP/1.0\r\n\r\n")
-        reply = b""
-        while chunk := conn.recv(65536):  # the daemon ends the connection
-            reply += chunk
+    reply = running.until_closed(b"GET /api/v1/health HTTP/1.0\r\n\r\n")
     assert reply.startswith(b"HTTP/1.1 200 OK") and b"Connection: close" in reply
     ((head, body),) = exchange(running, b"DELETE /api/v1/health HTTP/1.1\r\nHost: x\r\n\r\n", 1)
     assert status_of(head) == 405 and json.loads(body)["code"] == MethodNotAllowedError.code
@@ -227,24 +221,14 @@ def test_a_connection_stalled_in_its_next_request_s_headers_is_closed(
     """Answered once, then half a request line and nothing more: the keep-alive timer
     (client_timeout_seconds, 2 here) closes it; a daemon that forgot it would keep it
     open for ever, and the read below would time out."""
-    with socket.socket(socket.AF_UNIX) as conn:
-        conn.settimeout(30)
-        conn.connect(str(running.socket))
-        conn.sendall(b"GET /api/v1/health HTTP/1.1\r\nHost: x\r\n\r\nGET /api/v1/he")
-        received = b""
-        while chunk := conn.recv(65536):
-            received += chunk
+    received = running.until_closed(b"GET /api/v1/health HTTP/1.1\r\nHost: x\r\n\r\nGET /api/v1/he")
     assert received.startswith(b"HTTP/1.1 200 OK") and received.count(b"HTTP/1.1") == 1
 
 
 def test_head_is_get_s_answer_without_its_body(running: RunningDaemon) -> None:
-    with socket.socket(socket.AF_UNIX) as conn:
-        conn.settimeout(10)
-        conn.connect(str(running.socket))
-        conn.sendall(b"HEAD /api/v1/tools HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        received = b""
-        while chunk := conn.recv(65536):
-            received += chunk
+    received = running.until_closed(
+        b"HEAD /api/v1/tools HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
     head, _, body = received.partition(b"\r\n\r\n")
     assert status_of(head) == 200 and body == b""
     length = next(line for line in head.split(b"\r\n") if line.startswith(b"Content-Length:"))

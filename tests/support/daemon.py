@@ -46,6 +46,18 @@ class RunningDaemon:
         body, _, status = done.stdout.rpartition("\n")
         return int(status), json.loads(body) if body else {}
 
+    def until_closed(self, data: bytes) -> bytes:
+        """Send these bytes on a new connection; everything received until the daemon
+        ends it (a socket timeout, 30 s, fails the test when it never does)."""
+        with sockets.socket(sockets.AF_UNIX) as conn:
+            conn.settimeout(30)
+            conn.connect(str(self.socket))
+            conn.sendall(data)
+            received = b""
+            while chunk := conn.recv(65536):
+                received += chunk
+        return received
+
     def stop(self) -> int:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
