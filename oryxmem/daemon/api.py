@@ -70,8 +70,8 @@ def envelope(code: int, message: str, data: Any) -> dict[str, Any]:
 _JSON = json.JSONEncoder(ensure_ascii=False)  # one encoder: made per call, it costs more
 
 
-def _reply(status: int, value: dict[str, Any], close: bool = False) -> Reply:
-    return Reply(status, _JSON.encode(value).encode(), close)
+def _reply(status: int, value: dict[str, Any]) -> Reply:
+    return Reply(status, _JSON.encode(value).encode())
 
 
 class Routes:
@@ -79,13 +79,13 @@ class Routes:
     segment matching any one segment (percent-decoded into the argument)."""
 
     def __init__(self, operations: Iterable[Operation]) -> None:
+        self.paths: dict[str, dict[str, Operation]] = {}  # path -> method -> operation
         self.static: dict[str, dict[str, Operation]] = {}
         self.templated: dict[int, list[tuple[list[str], dict[str, Operation]]]] = {}
-        by_path: dict[str, dict[str, Operation]] = {}
         for operation in operations:
             for path in operation.paths():
-                by_path.setdefault(path, {})[operation.method] = operation
-        for path, methods in by_path.items():
+                self.paths.setdefault(path, {})[operation.method] = operation
+        for path, methods in self.paths.items():
             if "{" not in path:
                 self.static[path] = methods
             else:
@@ -94,11 +94,7 @@ class Routes:
 
     def routes(self) -> set[tuple[str, str]]:
         """(method, path) of every route."""
-        found = {(method, path) for path, methods in self.static.items() for method in methods}
-        for candidates in self.templated.values():
-            for parts, methods in candidates:
-                found.update((method, "/".join(parts)) for method in methods)
-        return found
+        return {(method, path) for path, methods in self.paths.items() for method in methods}
 
     def find(self, method: str, raw_path: str) -> tuple[Operation, dict[str, str]]:
         """The operation and its path arguments; NotFoundError or MethodNotAllowedError."""
@@ -158,15 +154,14 @@ class Api:
             operation, call.path_args = self.routes.find(call.method, call.path)
             data = await HANDLERS[operation.name](self, call, arguments(call, operation))
         except OryxError as error:
-            return self.refusal(error, close=False)
+            return self.refusal(error)
         except Exception:
             log.exception("%s %s failed", call.method, call.path)
-            return self.refusal(InternalError("an unexpected error; see the daemon log"), False)
+            return self.refusal(InternalError("an unexpected error; see the daemon log"))
         return _reply(200, envelope(0, "ok", data))
 
-    def refusal(self, error: OryxError, close: bool = True) -> Reply:
-        body = envelope(error.code, error.message, error.data or None)
-        return _reply(error.http_status, body, close)
+    def refusal(self, error: OryxError) -> Reply:
+        return _reply(error.http_status, envelope(error.code, error.message, error.data or None))
 
     def check_workspace(self, call: Call) -> None:
         """A client that names the workspace it means (X-OryxOS-Workspace, percent-encoded)

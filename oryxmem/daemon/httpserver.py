@@ -74,7 +74,6 @@ class Call:
 class Reply:
     status: int
     body: bytes  # JSON
-    close: bool = False  # the connection ends after it
 
 
 class Application(Protocol):
@@ -246,8 +245,8 @@ class _Connection(asyncio.Protocol):
             log.exception("%s %s failed", call.method, call.path)
             reply = self.server.application.refusal(InternalError("an unexpected error"))
         self.busy = False
-        self.server.answered()
-        close = reply.close or not call.keep_alive or self.closing or self.server.stopping
+        self.server.on_answer()
+        close = not call.keep_alive or self.closing or self.server.stopping
         self._write(reply, close, head_only=call.method == "HEAD")
         self._next()
 
@@ -375,9 +374,6 @@ class ApiServer:
         self._server = await self.loop.create_unix_server(
             lambda: _Connection(self), sock=sock, backlog=backlog
         )
-
-    def answered(self) -> None:
-        self.on_answer()
 
     def gone(self) -> None:
         if self.stopping and not self.connections:
