@@ -38,9 +38,14 @@ def time_calls(call: Callable[[], object], repeat: int) -> list[float]:
 
 def fsync_replace_floor_ms(folder: Path, repeat: int = 200) -> float:
     """p50 of one fsync'd atomic replace of a small file: the durable-write floor."""
+    return statistics.median(fsync_replace_samples(folder, repeat))
+
+
+def fsync_replace_samples(folder: Path, repeat: int) -> list[float]:
+    """Milliseconds of each of ``repeat`` fsync'd atomic replaces of a small file."""
     target = folder / "floor.md"
     payload = b"- [2026-11-30 10:00:00] floor\n" * 10
-    return statistics.median(time_calls(lambda: atomic_write(target, payload), repeat))
+    return time_calls(lambda: atomic_write(target, payload), repeat)
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,13 @@
 """The MCP server's stdio, read and written by the event loop itself.
 
 The SDK's stdio transport hands each line it reads, and each message it writes and
-flushes, to a worker thread (anyio.wrap_file): three hand-offs between threads per
-call, most of what a tool call costs beyond the call itself. Here asyncio's pipe
-transports read and write the host's pipes on the loop, and the SDK's own
-``stdio_server`` frames the messages over these two streams; the server is the SDK's
-(its low-level server, as ``MCPServer.run_stdio_async`` runs it).
+flushes, to a worker thread (anyio.wrap_file), and passes each message between its
+reader, the server and its writer through memory streams, a task each side: hand-offs
+that are most of what a tool call costs beyond the call itself. Here asyncio's pipe
+transports read and write the host's pipes on the loop, and the server reads and
+writes them itself: ``receive`` parses the next line into the SDK's message (as its
+transport does, with its adapter), ``send`` writes the message's line at once. The
+server is the SDK's (its low-level server, as ``MCPServer.run_stdio_async`` runs it).
 
 While serving, as the SDK's transport does, fd 0 reads /dev/null and fd 1 writes to
 stderr, so nothing a library prints reaches the wire. When stdin or stdout is not a
@@ -23,39 +25,74 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
+from mcp import types
 from mcp.server.mcpserver import MCPServer
-from mcp.server.stdio import stdio_server
+from mcp.shared.message import SessionMessage
 
 LINE_LIMIT = 64 * 1024 * 1024  # the longest message a host may send, in bytes
 
 
-class _Lines:
-    """The host's messages, one line each, as the SDK's transport iterates stdin."""
+class _Incoming:
+    """The host's messages, one a line, as the server reads a stream: a line that is
+    not a JSON-RPC message is handed on as its error, as the SDK's transport does."""
 
     def __init__(self, reader: asyncio.StreamReader) -> None:
         self.reader = reader
 
-    def __aiter__(self) -> _Lines:
-        return self
-
-    async def __anext__(self) -> str:
+    async def receive(self) -> SessionMessage | Exception:
         line = await self.reader.readline()
         if not line:
-            raise StopAsyncIteration
-        return line.decode("utf-8", errors="replace")
+            raise anyio.EndOfStream
+        try:
+            message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+        except Exception as error:  # the SDK's own answer to a line it cannot read
+            return error
+        return SessionMessage(message)
+
+    def __aiter__(self) -> _Incoming:
+        return self
+
+    async def __anext__(self) -> SessionMessage | Exception:
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def aclose(self) -> None:
+        self.reader.feed_eof()
+
+    async def __aenter__(self) -> _Incoming:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
 
-class _Out:
-    """The host's end of stdout, written as the SDK's transport writes it."""
+class _Outgoing:
+    """The server's messages, each written to the host's pipe as one line, at once (a
+    line is one write: messages written side by side never interleave)."""
 
     def __init__(self, writer: asyncio.StreamWriter) -> None:
         self.writer = writer
 
-    async def write(self, text: str) -> None:
-        self.writer.write(text.encode("utf-8"))
+    async def send(self, item: SessionMessage) -> None:
+        if self.writer.is_closing():
+            raise anyio.ClosedResourceError
+        text = item.message.model_dump_json(by_alias=True, exclude_unset=True)
+        try:
+            self.writer.write(text.encode("utf-8") + b"\n")
+            await self.writer.drain()
+        except OSError as error:  # the host closed its end: what the server drops, said so
+            raise anyio.BrokenResourceError from error
 
-    async def flush(self) -> None:
-        await self.writer.drain()
+    async def aclose(self) -> None:
+        self.writer.close()
+
+    async def __aenter__(self) -> _Outgoing:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
 
 def _loop_can_serve(fd: int) -> bool:
@@ -68,7 +105,7 @@ def _loop_can_serve(fd: int) -> bool:
 
 
 @asynccontextmanager
-async def _claimed_stdio() -> AsyncIterator[tuple[_Lines, _Out]]:
+async def _claimed_stdio() -> AsyncIterator[tuple[_Incoming, _Outgoing]]:
     """The wire on descriptors of its own (the transports own and close them); fd 0
     and 1 point elsewhere meanwhile, and at the wire again after."""
     saved = [os.dup(0), os.dup(1)]  # os.dup's copies are not inherited by children
@@ -89,7 +126,7 @@ async def _claimed_stdio() -> AsyncIterator[tuple[_Lines, _Out]]:
             asyncio.streams.FlowControlMixin, os.fdopen(wire_out, "wb", buffering=0)
         )
         transports.append(sent)
-        yield _Lines(reader), _Out(asyncio.StreamWriter(sent, protocol, None, loop))
+        yield _Incoming(reader), _Outgoing(asyncio.StreamWriter(sent, protocol, None, loop))
     finally:
         for transport in transports:
             transport.close()
@@ -99,13 +136,8 @@ async def _claimed_stdio() -> AsyncIterator[tuple[_Lines, _Out]]:
 
 
 async def _serve(server: Any) -> None:
-    # The SDK's framing over our streams: it takes anything that iterates lines and
-    # writes text, as its anyio.AsyncFile does.
-    async with (
-        _claimed_stdio() as (lines, out),
-        stdio_server(lines, out) as (read_stream, write_stream),  # type: ignore[arg-type]
-    ):
-        await server.run(read_stream, write_stream, server.create_initialization_options())
+    async with _claimed_stdio() as (incoming, outgoing):
+        await server.run(incoming, outgoing, server.create_initialization_options())
 
 
 def run_over_stdio(server: MCPServer) -> None:

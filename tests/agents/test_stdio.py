@@ -69,3 +69,61 @@ def test_requests_from_a_file_are_answered_by_the_sdks_transport(tmp_path: Path)
         )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.splitlines()[0])["id"] == 1
+
+
+ECHO_SERVER = """
+from mcp.server.mcpserver import MCPServer
+from oryxmem.agents.stdio import run_over_stdio
+
+server = MCPServer("echo", log_level="WARNING")
+
+@server.tool(structured_output=False)
+def echo(text: str) -> str:
+    return text
+
+run_over_stdio(server)
+"""
+
+
+def _call(request_id: int, text: str) -> bytes:
+    call = {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "method": "tools/call",
+        "params": {"name": "echo", "arguments": {"text": text}},
+    }
+    return (json.dumps(call) + "\n").encode()
+
+
+def test_the_loop_reads_lines_however_the_pipe_cuts_them_and_skips_a_line_it_cannot_read() -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", ECHO_SERVER],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        opening = (json.dumps(MCP_INITIALIZE) + "\n").encode()
+        opening += b'{"jsonrpc": "2.0", "method": "notifications/initialized"}\n'
+        proc.stdin.write(opening)
+        proc.stdin.flush()
+        assert json.loads(proc.stdout.readline())["id"] == 1
+
+        # One request cut in three writes, a line that is not JSON-RPC, then two
+        # requests in one write (the second a 2 MiB argument): every request answered,
+        # in order, whole.
+        first = _call(2, "über")
+        for piece in (first[:7], first[7:30], first[30:]):
+            proc.stdin.write(piece)
+            proc.stdin.flush()
+        big = "x" * (2 * 1024 * 1024)
+        proc.stdin.write(b"this is not json\n" + _call(3, "second") + _call(4, big))
+        proc.stdin.flush()
+        replies = [json.loads(proc.stdout.readline()) for _ in range(3)]
+    finally:
+        _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 0, stderr
+    assert [reply["id"] for reply in replies] == [2, 3, 4]
+    texts = [reply["result"]["content"][0]["text"] for reply in replies]
+    assert texts == ["über", "second", big]
