@@ -198,7 +198,9 @@ def run(args: argparse.Namespace) -> list[Figure]:
             floor_samples: list[float] = []
             samples: list[float] = []
             for block in range(SAVE_BLOCKS):
-                floor_samples += fsync_replace_samples(root, args.saves // (2 * SAVE_BLOCKS))
+                floor_samples += fsync_replace_samples(
+                    root, max(1, args.saves // (2 * SAVE_BLOCKS))
+                )
                 for i in range(block, args.saves, SAVE_BLOCKS):
                     started = time.perf_counter()
                     client.save("solo", f"one client save {i}")
