@@ -25,6 +25,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
+from anyio.abc import AsyncResource
 from mcp import types
 from mcp.server.mcpserver import MCPServer
 from mcp.shared.message import SessionMessage
@@ -32,7 +33,7 @@ from mcp.shared.message import SessionMessage
 LINE_LIMIT = 64 * 1024 * 1024  # the longest message a host may send, in bytes
 
 
-class _Incoming:
+class _Incoming(AsyncResource):
     """The host's messages, one a line, as the server reads a stream: a line that is
     not a JSON-RPC message is handed on as its error, as the SDK's transport does."""
 
@@ -61,14 +62,8 @@ class _Incoming:
     async def aclose(self) -> None:
         self.reader.feed_eof()
 
-    async def __aenter__(self) -> _Incoming:
-        return self
 
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
-
-class _Outgoing:
+class _Outgoing(AsyncResource):
     """The server's messages, each written to the host's pipe as one line, at once (a
     line is one write: messages written side by side never interleave)."""
 
@@ -87,12 +82,6 @@ class _Outgoing:
 
     async def aclose(self) -> None:
         self.writer.close()
-
-    async def __aenter__(self) -> _Outgoing:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
 
 
 def _loop_can_serve(fd: int) -> bool:
