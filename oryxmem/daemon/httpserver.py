@@ -261,7 +261,8 @@ class _Connection(asyncio.Protocol):
             + ("Connection: close\r\n" if close else self.server.keep_alive_header)
             + "\r\n"
         )
-        transport.write(head.encode("ascii") if head_only else head.encode("ascii") + reply.body)
+        data = head.encode("ascii")
+        transport.write(data if head_only else data + reply.body)
         if close:
             self._end(transport)
 

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from support.processes import MCP_INITIALIZE, raw_mcp_tool_call
@@ -127,3 +128,30 @@ def test_the_loop_reads_lines_however_the_pipe_cuts_them_and_skips_a_line_it_can
     assert [reply["id"] for reply in replies] == [2, 3, 4]
     texts = [reply["result"]["content"][0]["text"] for reply in replies]
     assert texts == ["über", "second", big]
+
+
+def test_a_host_that_stops_reading_leaves_the_server_reading_until_it_ends_cleanly() -> None:
+    """The host closes its end of stdout: the answers are dropped, the server goes on
+    reading stdin (the host's writes do not break) and ends at EOF with exit 0."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", ECHO_SERVER],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    opening = (json.dumps(MCP_INITIALIZE) + "\n").encode()
+    opening += b'{"jsonrpc": "2.0", "method": "notifications/initialized"}\n'
+    proc.stdin.write(opening)
+    proc.stdin.flush()
+    assert json.loads(proc.stdout.readline())["id"] == 1
+    proc.stdout.close()
+    for request_id in range(2, 7):
+        proc.stdin.write(_call(request_id, "unread"))
+        proc.stdin.flush()  # BrokenPipeError here: the server died with its host's reader
+        time.sleep(0.1)
+    assert proc.poll() is None
+    proc.stdin.close()
+    stderr = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 0, stderr
+    assert "Traceback" not in stderr

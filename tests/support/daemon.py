@@ -11,13 +11,15 @@ import signal
 import socket as sockets
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from oryxmem.workspace import Workspace
+from oryxmem.config import default_config_text, set_value
+from oryxmem.workspace import Workspace, init_workspace
 
 
 class RunningDaemon:
@@ -134,11 +136,6 @@ def daemon(workspace: Workspace, log: Path, **kwargs: Any) -> Iterator[RunningDa
 def daemon_on_new_workspace(folder: Path, client_timeout: int) -> Iterator[RunningDaemon]:
     """A daemon on a workspace made in ``folder``, its socket at a short path outside it
     (one daemon a test module shares), with this client_timeout_seconds."""
-    import tempfile
-
-    from oryxmem.config import default_config_text, set_value
-    from oryxmem.workspace import init_workspace
-
     root = folder / "ws"
     init_workspace(root, config_text=default_config_text())
     workspace = Workspace(root.resolve())
