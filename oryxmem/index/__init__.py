@@ -23,7 +23,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol
 
 from oryxmem.config import Config
 from oryxmem.registry import INDEXES, index_names, indexes_of
@@ -36,9 +36,9 @@ if TYPE_CHECKING:
     from oryxmem.store.db import Database
 
 
-@dataclass(frozen=True)
-class IndexRow:
-    """A row as an index takes it in."""
+class IndexRow(NamedTuple):
+    """A row as an index takes it in (a tuple: a step makes thousands of them, and a
+    tuple is made at a fraction of a frozen dataclass's cost)."""
 
     row_id: int
     agent: str
@@ -308,10 +308,12 @@ def next_step(
     state: IndexState,
     rows: int | None = None,
     through: int | None = None,
+    known: dict[int, IndexRow | None] | None = None,
 ) -> Step | None:
     """The next batch after this state (of ``rows``, or the index's own batch): changes
     since the cursor first (none after the change ``through``, when given), then a
-    rebuild (newest rows first). None: caught up. Reads only."""
+    rebuild (newest rows first). None: caught up. Reads only (the rows read are kept
+    in ``known``, and those already there not read again: see index_rows)."""
     size = rows or index.batch
     until, bound = ("", []) if through is None else (" AND seq <= ?", [through])
     changes = db.execute(
@@ -324,7 +326,7 @@ def next_step(
         # have taken it in already, as a dependent of a row before it.
         row_ids = sorted(changed | set(index.dependents(db, sorted(changed))))
         after = IndexState(state.identity, changes[-1][0], state.backfill_below)
-        return Step(row_ids, index_rows(db, row_ids), state, after)
+        return Step(row_ids, index_rows(db, row_ids, known), state, after)
     if state.backfill_below:
         found = db.execute(
             "SELECT id FROM memory_entries WHERE id < ? ORDER BY id DESC LIMIT ?",
@@ -333,17 +335,22 @@ def next_step(
         row_ids = [row[0] for row in found]
         below = row_ids[-1] if len(row_ids) == size else 0  # 0: none are left
         after = IndexState(state.identity, state.cursor, below)
-        return Step(row_ids, index_rows(db, row_ids), state, after)
+        return Step(row_ids, index_rows(db, row_ids, known), state, after)
     return None
 
 
-def upcoming(db: Executes, index: DerivedIndex, rows: int | None = None) -> Step | None:
+def upcoming(
+    db: Executes,
+    index: DerivedIndex,
+    rows: int | None = None,
+    known: dict[int, IndexRow | None] | None = None,
+) -> Step | None:
     """The next step of catch_up (of ``rows``; None while the index is not built at its
     version, or is current): what an index prepares outside the write lock, and then
     takes in with take_step, so that changes that came in between wait for the next
     step instead of being prepared under the lock."""
     state = built_state(db, index)
-    return None if state is None else next_step(db, index, state, rows)
+    return None if state is None else next_step(db, index, state, rows, known=known)
 
 
 def take_step(db: Database, index: DerivedIndex, step: Step, rows: int | None = None) -> int:
@@ -416,14 +423,23 @@ def _apply(db: Database, index: DerivedIndex, step: Step) -> int:
     return len(step.rows) or 1  # a step that only forgot rows still did work
 
 
-def index_rows(db: Executes, row_ids: Sequence[int]) -> list[IndexRow]:
-    """The rows with these ids that still exist and hold text."""
-    return [
-        IndexRow(row_id, agent, str(scope), ts, content, int(seq or 0))
-        for row_id, agent, scope, ts, content, seq in select_in(
-            db,
-            "SELECT id, agent, scope, ts, content, seq FROM memory_entries WHERE id IN ({marks})",
-            row_ids,
-        )
-        if isinstance(content, str) and isinstance(agent, str)
-    ]
+def index_rows(
+    db: Executes, row_ids: Sequence[int], known: dict[int, IndexRow | None] | None = None
+) -> list[IndexRow]:
+    """The rows with these ids that still exist and hold text, by id. ``known``: rows
+    read before in the same read transaction (None: read, and found gone or empty),
+    which are not read again, and to which these are added: the indexes that follow
+    saves take in the same rows, and each step of theirs read them all anew."""
+    if known is None:
+        known = {}
+    missing = [row_id for row_id in row_ids if row_id not in known]
+    for row_id in missing:
+        known[row_id] = None
+    for row_id, agent, scope, ts, content, seq in select_in(
+        db,
+        "SELECT id, agent, scope, ts, content, seq FROM memory_entries WHERE id IN ({marks})",
+        missing,
+    ):
+        if isinstance(content, str) and isinstance(agent, str):
+            known[row_id] = IndexRow(row_id, agent, str(scope), ts, content, int(seq or 0))
+    return [row for row_id in sorted(row_ids) if (row := known[row_id]) is not None]

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from functools import lru_cache
 
 import Stemmer
 
@@ -39,27 +38,47 @@ _CJK = (
     "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"  # CJK ideographs
     "\uac00-\ud7af"  # hangul syllables
 )
-_TOKEN = re.compile(rf"[{_CJK}]+|[^\W_{_CJK}]+", re.UNICODE)
-_CJK_RUN = re.compile(rf"[{_CJK}]+")
+# A run of CJK characters (group 1), or a word of other letters and digits (group 2).
+_TOKEN = re.compile(rf"([{_CJK}]+)|([^\W_{_CJK}]+)", re.UNICODE)
+_ASCII_WORD = re.compile(r"[a-z0-9]+")  # the same words in a lower-cased ASCII text
 
 
 _STEMMER = Stemmer.Stemmer("english")
+# Each word's stem, once stemmed (a dict read costs a fraction of a cached call); all let
+# go of at once when full.
+_stems: dict[str, str] = {}
+STEMS_KEPT = 65536
 
 
-@lru_cache(maxsize=65536)
-def _stem(word: str) -> str:
-    return str(_STEMMER.stemWord(word))
+def _new_stem(word: str) -> str:
+    """Stem a word not stemmed yet, and keep its stem. A full dict is replaced, never
+    emptied: a thread reading the one it holds still finds what it has seen in it."""
+    global _stems
+    if len(_stems) >= STEMS_KEPT:
+        _stems = {}
+    stem = _stems[word] = str(_STEMMER.stemWord(word))
+    return stem
 
 
 def terms(text: str) -> list[str]:
     """The index terms of a text, in order (repeats kept: they count in BM25)."""
+    lowered = text.lower()
+    if lowered.isascii():  # no CJK, and its words are runs of [a-z0-9]: a third quicker
+        stems = _stems
+        return [
+            stems[word] if word in stems else _new_stem(word)
+            for word in _ASCII_WORD.findall(lowered)
+            if word not in STOPWORDS
+        ]
     out: list[str] = []
-    for token in _TOKEN.findall(text.lower()):
-        if _CJK_RUN.fullmatch(token):
-            out += list(token)
-            out += [token[i : i + 2] for i in range(len(token) - 1)]
-        elif token not in STOPWORDS:
-            out.append(_stem(token))
+    for cjk, word in _TOKEN.findall(lowered):
+        if word:
+            if word not in STOPWORDS:
+                stem = _stems.get(word)
+                out.append(_new_stem(word) if stem is None else stem)
+        else:
+            out += cjk
+            out += [cjk[i : i + 2] for i in range(len(cjk) - 1)]
     return out
 
 

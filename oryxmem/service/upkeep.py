@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from oryxmem.index import (
     DerivedIndex,
+    IndexRow,
     SessionIndex,
     behind_by_more_than,
     built_state,
@@ -37,7 +38,7 @@ from oryxmem.index import (
 )
 from oryxmem.registry import INDEXES, arm_index, index_names, indexes_of
 from oryxmem.service.shared import Shared
-from oryxmem.store.db import write_transaction
+from oryxmem.store.db import read_snapshot, write_transaction
 
 if TYPE_CHECKING:
     from oryxmem.index.vectors import VectorIndex
@@ -116,7 +117,7 @@ class Upkeep:
     def take_a_step(self) -> int:
         """After a mirror: one step of FOLLOW_ROWS of each index that follows saves (the
         saves' rows, or a step of a rebuild), prepared with no lock held."""
-        return self._prepared_steps(self.following_saves(), FOLLOW_ROWS)
+        return sum(self._prepared_steps(self.following_saves(), FOLLOW_ROWS).values())
 
     def catch_up_indexes(self, max_steps: int | None = None) -> int:
         """Bring the indexes that follow saves up to the rows (at most max_steps batches
@@ -142,7 +143,7 @@ class Upkeep:
         small = [index for index in behind if not behind_by_more_than(db, index, BACKLOG_ROWS)]
         self._ensure_built(behind)  # one never built here is made, empty, to be searched
         taken = 0
-        while small and (took := self._prepared_steps(small, FOLLOW_ROWS)):
+        while small and (took := sum(self._prepared_steps(small, FOLLOW_ROWS).values())):
             taken += took
             small = [index for index in small if not is_caught_up(db, index)]
         return taken
@@ -160,7 +161,7 @@ class Upkeep:
         one index would wait on each other's lock, and a save on the memory thread's).
         Returns the rows taken in; 0: no backlog."""
         db = self.shared.index_db
-        taken = 0
+        stepping = []
         for index in self.following_saves():
             if is_caught_up(db, index):
                 self._taking_backlog.discard(index.name)
@@ -169,10 +170,11 @@ class Upkeep:
                 if not behind_by_more_than(db, index, BACKLOG_ROWS):
                     continue
                 self._taking_backlog.add(index.name)
-            step = self._prepared_steps([index], WORDS_STEP_ROWS)
-            self._note_taken(index.name, step)
-            taken += step
-        return taken
+            stepping.append(index)
+        taken = self._prepared_steps(stepping, WORDS_STEP_ROWS) if stepping else {}
+        for name, rows in taken.items():
+            self._note_taken(name, rows)
+        return sum(taken.values())
 
     def rows_to_embed(self) -> Literal["none", "trickle", "batch"]:
         """What the slow indexes (the vectors) lack: nothing, a trickle (some rows, fewer
@@ -196,25 +198,29 @@ class Upkeep:
         for index in self.indexes.values():
             if index.follows_saves or is_caught_up(db, index):
                 continue
-            step = self._prepared_steps([index])
+            step = sum(self._prepared_steps([index]).values())
             self._note_taken(index.name, step)
             taken += step
         return taken
 
-    def _prepared_steps(self, indexes: Sequence[DerivedIndex], rows: int | None = None) -> int:
+    def _prepared_steps(
+        self, indexes: Sequence[DerivedIndex], rows: int | None = None
+    ) -> dict[str, int]:
         """One step of catch_up of each index: its rows read and prepared (stemmed,
         embedded) with no lock held, then all taken in with one short write that goes no
         further than what was prepared (saves that came meanwhile are the next step's).
-        Returns the rows taken in."""
+        Returns the rows each index took in (none: every one was current)."""
         db = self.shared.index_db
         self._ensure_built(indexes)
-        ahead = [(index, step) for index in indexes if (step := upcoming(db, index, rows))]
+        known: dict[int, IndexRow | None] = {}  # the rows read, for the next index's step
+        with read_snapshot(db):  # (one view: a row read once is as every step saw it)
+            ahead = [(i, step) for i in indexes if (step := upcoming(db, i, rows, known))]
         if not ahead:
-            return 0
+            return {}
         for index, step in ahead:
             index.prepare(step.rows)  # the slow part
         with write_transaction(db):
-            return sum(take_step(db, index, step, rows) for index, step in ahead)
+            return {index.name: take_step(db, index, step, rows) for index, step in ahead}
 
     def _ensure_built(self, indexes: Sequence[DerivedIndex]) -> None:
         """Make the indexes not built here at their version (empty, to be caught up)."""
