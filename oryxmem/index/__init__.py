@@ -429,7 +429,7 @@ def index_rows(
     """The rows with these ids that still exist and hold text, by id. ``known``: rows
     read before in the same read transaction (None: read, and found gone or empty),
     which are not read again, and to which these are added: the indexes that follow
-    saves take in the same rows, and each step of theirs read them all anew."""
+    saves take in the same rows, read once for all of them."""
     if known is None:
         known = {}
     missing = [row_id for row_id in row_ids if row_id not in known]
