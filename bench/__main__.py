@@ -1,9 +1,12 @@
 """python -m bench: every benchmark in bench/, run several times, in one table.
 
 Each figure is the median of --runs runs (their spread is shown), next to the goal
-an issue set for it and whether the median holds. Timings that depend on the
-machine's disk come with their ratio to a floor measured in the same run: one
-fsync'd atomic replace of a small file, and one SQLite commit (WAL, FULL).
+an issue set for it and whether the median holds. The runs are taken in rounds, every
+benchmark once and then again, so that a benchmark's runs lie minutes apart: on a
+shared machine whose pace drifts for minutes at a time, a slow spell then counts in
+one run of a benchmark (and shows in the spread), not in all of them. Timings that
+depend on the machine's disk come with their ratio to a floor measured in the same
+run: one fsync'd atomic replace of a small file, and one SQLite commit (WAL, FULL).
 
 Run: python -m bench [--runs 3] [--quick]
                     [--only store,sync,socket,lock,search,scale,recall,agents,cold,console,context,
@@ -111,10 +114,12 @@ def main(argv: list[str] | None = None) -> list[Figure]:
         args = parser.parse_args([*QUICK, *(sys.argv[1:] if argv is None else argv)])
     compile_oryxmem()
     started = time.monotonic()
-    figures: list[Figure] = []
-    for name in args.only.split(","):
-        runs = [BENCHMARKS[name].run(args) for _ in range(args.runs)]
-        figures += merge_runs(runs)
+    names = args.only.split(",")
+    runs: dict[str, list[list[Figure]]] = {name: [] for name in names}
+    for _ in range(args.runs):  # in rounds: see the module's docstring
+        for name in names:
+            runs[name].append(BENCHMARKS[name].run(args))
+    figures = [figure for name in names for figure in merge_runs(runs[name])]
     elapsed = time.monotonic() - started
     title = (
         f"oryxmem benchmarks: median of {args.runs} runs{' (quick sizes)' if args.quick else ''}"
