@@ -171,10 +171,7 @@ class Upkeep:
                     continue
                 self._taking_backlog.add(index.name)
             stepping.append(index)
-        taken = self._prepared_steps(stepping, WORDS_STEP_ROWS) if stepping else {}
-        for name, rows in taken.items():
-            self._note_taken(name, rows)
-        return sum(taken.values())
+        return self._backlog_steps(stepping, WORDS_STEP_ROWS)
 
     def rows_to_embed(self) -> Literal["none", "trickle", "batch"]:
         """What the slow indexes (the vectors) lack: nothing, a trickle (some rows, fewer
@@ -198,10 +195,15 @@ class Upkeep:
         for index in self.indexes.values():
             if index.follows_saves or is_caught_up(db, index):
                 continue
-            step = sum(self._prepared_steps([index]).values())
-            self._note_taken(index.name, step)
-            taken += step
+            taken += self._backlog_steps([index])
         return taken
+
+    def _backlog_steps(self, indexes: Sequence[DerivedIndex], rows: int | None = None) -> int:
+        """_prepared_steps of a backlog's indexes, their rows counted in rates()."""
+        taken = self._prepared_steps(indexes, rows)
+        for name, took in taken.items():
+            self._note_taken(name, took)
+        return sum(taken.values())
 
     def _prepared_steps(
         self, indexes: Sequence[DerivedIndex], rows: int | None = None
@@ -210,10 +212,14 @@ class Upkeep:
         embedded) with no lock held, then all taken in with one short write that goes no
         further than what was prepared (saves that came meanwhile are the next step's).
         Returns the rows each index took in (none: every one was current)."""
+        if not indexes:
+            return {}
         db = self.shared.index_db
         self._ensure_built(indexes)
-        known: dict[int, IndexRow | None] = {}  # the rows read, for the next index's step
-        with read_snapshot(db):  # (one view: a row read once is as every step saw it)
+        # The rows each step reads, kept for the next index's: read in one snapshot, a
+        # row read once is what every step would have read.
+        known: dict[int, IndexRow | None] = {}
+        with read_snapshot(db):
             ahead = [(i, step) for i in indexes if (step := upcoming(db, i, rows, known))]
         if not ahead:
             return {}
