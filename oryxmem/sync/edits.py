@@ -108,7 +108,7 @@ def _edit_once(
             # Tombstones before the new agreed state: a crash between writes them again.
             # agreed: the file read, so what went is what was removed or replaced
             gone = set(state.agreed).difference(agreed)
-            store.tombstones.add((i, by_id[i].ts) for i in sorted(gone))
+            store.tombstones.add((i, _time_of(doc, by_id, i)) for i in sorted(gone))
             store.tombstones.lift(entry.entry_id for entry in written)  # written on purpose
             path = str(engine.workspace.memory_path(agent))
             sha = after.lines.sha256()
@@ -143,6 +143,14 @@ def _present(doc: MemoryDocument, wanted: Sequence[str]) -> dict[str, Entry]:
             data={"missing": missing},
         )
     return {entry_id: entry for entry_id, entry in found.items() if entry is not None}
+
+
+def _time_of(doc: MemoryDocument, by_id: dict[str, Entry], entry_id: str) -> str | None:
+    """The time of an entry the edit took from the file. Not always one it names: alike
+    entries are numbered in file order (X, X-1), so when X goes the id that leaves the
+    file is the last of them."""
+    entry = by_id.get(entry_id) or doc.entry(entry_id)
+    return None if entry is None else entry.ts
 
 
 def _written(

@@ -202,3 +202,21 @@ def test_forget_and_edit_over_the_socket_answer_a_stale_id_with_409_and_change_n
         assert page["data"]["total"] == 0
         sources = sql(workspace, "SELECT op, source FROM memory_history ORDER BY id").split()
         assert sources == ["add|socket", "remove|console", "add|console", "remove|socket"]
+
+
+def test_forgetting_the_first_of_two_alike_entries_leaves_the_second(
+    service: MemoryService, workspace: Workspace
+) -> None:
+    """Alike entries are numbered in file order (X, X-1): when the first goes, the second
+    is X now, and X-1 is the id that went from the file."""
+    first, _, second = saved(service, "Uses vim.", "Drinks tea.", "Uses vim.")
+    assert second == f"{first}-1"
+    edited = service.forget("coder", [first])
+    assert [entry.content for entry in edited.removed] == ["Uses vim."]
+    core, _ = service.reader(service.resolve("coder")).entries()
+    assert [(e.content, e.entry_id) for e in core] == [
+        ("Drinks tea.", core[0].entry_id),
+        ("Uses vim.", first),
+    ]
+    assert file_text(workspace).count("Uses vim.") == 1
+    assert disagreements(workspace) == []
