@@ -23,14 +23,20 @@ entry's length, so every score is what it was.
 from __future__ import annotations
 
 import json
+import secrets
 from bisect import bisect_left, bisect_right
+from collections import Counter
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from oryxmem.config import Config
 from oryxmem.index import DerivedIndex, Hit, IndexRow, RankedWords
+from oryxmem.index.bm25f import read_totals
+from oryxmem.index.held import AgentState, held_terms
 from oryxmem.index.terms import index_text, match_any, query_terms, worth_matching
 from oryxmem.store.db import Executes, insert_values, select_in
+from oryxmem.store.dbfile import database_file
 from oryxmem.store.format import ARCHIVAL
 
 if TYPE_CHECKING:
@@ -72,13 +78,17 @@ SPAN_SLACK = 64
 
 KEY_BITS = 40  # a row id below 2**40; an agent's slot above it
 ROW_MASK = (1 << KEY_BITS) - 1
+# Each add() or remove() is a step; the keys dropped are logged with theirs for this many
+# steps, so that a copy of an agent's terms held in memory (held.py) is brought up to
+# date by the keys changed since its step.
+GONE_KEPT_STEPS = 4096
 
 
 class BM25Index(DerivedIndex):
     name = "bm25"
     # 2: stemmed by terms.py (Snowball), not by SQLite's porter tokenizer; 3: keyed by
-    # agent (KEY_BITS)
-    version = 3
+    # agent (KEY_BITS); 4: each key's step and the keys dropped (held.py reads them)
+    version = 4
 
     def __init__(self, config: Config | None = None) -> None:
         super().__init__(config)
@@ -95,17 +105,29 @@ class BM25Index(DerivedIndex):
             "CREATE VIRTUAL TABLE memory_terms USING fts5(body, context, agent UNINDEXED,"
             " scope UNINDEXED, seq UNINDEXED, tokenize='unicode61 remove_diacritics 0')"
         )
-        # Each agent's slot (the high bits of its entries' keys), and each entry's key.
+        # Each agent's slot (the high bits of its entries' keys), the last step that
+        # changed its entries, and how many it has; each entry's key, and the step that
+        # wrote it; the keys dropped, and the step that dropped them.
         db.execute(
-            "CREATE TABLE memory_terms_agents (agent TEXT PRIMARY KEY, slot INTEGER NOT NULL)"
+            "CREATE TABLE memory_terms_agents (agent TEXT PRIMARY KEY, slot INTEGER NOT NULL,"
+            " step INTEGER NOT NULL DEFAULT 0, entries INTEGER NOT NULL DEFAULT 0)"
         )
         db.execute(
-            "CREATE TABLE memory_terms_keys (row_id INTEGER PRIMARY KEY, key INTEGER NOT NULL)"
+            "CREATE TABLE memory_terms_keys (row_id INTEGER PRIMARY KEY, key INTEGER NOT NULL,"
+            " step INTEGER NOT NULL)"
         )
-        # How many entries hold each term; and how many entries there are.
+        db.execute("CREATE INDEX memory_terms_keys_step ON memory_terms_keys(step)")
+        db.execute("CREATE TABLE memory_terms_gone (key INTEGER NOT NULL, step INTEGER NOT NULL)")
+        db.execute("CREATE INDEX memory_terms_gone_step ON memory_terms_gone(step)")
+        # How many entries hold each term; how many entries there are, the last step,
+        # the last step whose dropped keys are no longer logged, and the index's epoch:
+        # a random number, new each time it is made (held.py knows its copies by it).
         db.execute("CREATE VIRTUAL TABLE memory_terms_vocab USING fts5vocab(memory_terms, 'row')")
-        db.execute("CREATE TABLE memory_terms_count (entries INTEGER NOT NULL)")
-        db.execute("INSERT INTO memory_terms_count VALUES (0)")
+        db.execute(
+            "CREATE TABLE memory_terms_count (entries INTEGER NOT NULL, step INTEGER NOT NULL,"
+            " forgot INTEGER NOT NULL, epoch INTEGER NOT NULL)"
+        )
+        db.execute("INSERT INTO memory_terms_count VALUES (0, 0, 0, ?)", [secrets.randbits(62)])
 
     def drop(self, db: Database) -> None:
         for table in (
@@ -114,16 +136,23 @@ class BM25Index(DerivedIndex):
             "memory_terms_count",
             "memory_terms_agents",
             "memory_terms_keys",
+            "memory_terms_gone",
         ):
             db.execute(f"DROP TABLE IF EXISTS {table}")
 
     def remove(self, db: Database, row_ids: Sequence[int]) -> None:
-        keys = [[key] for (key,) in _keys(db, row_ids)]
-        gone = db.conn.executemany("DELETE FROM memory_terms WHERE rowid = ?", keys).rowcount
+        keys = [int(key) for (key,) in _keys(db, row_ids)]
+        if not keys:
+            return
+        db.conn.executemany("DELETE FROM memory_terms WHERE rowid = ?", [[k] for k in keys])
         db.conn.executemany(
             "DELETE FROM memory_terms_keys WHERE row_id = ?", [[r] for r in row_ids]
         )
-        db.execute("UPDATE memory_terms_count SET entries = entries - ?", [max(gone, 0)])
+        step = _stepped(db, -len(keys), [key >> KEY_BITS for key in keys])
+        insert_values(db, "INSERT INTO memory_terms_gone(key, step)", [(k, step) for k in keys])
+        forgot = step - GONE_KEPT_STEPS
+        if db.execute("DELETE FROM memory_terms_gone WHERE step <= ?", [forgot]).rowcount:
+            db.execute("UPDATE memory_terms_count SET forgot = ?", [forgot])
 
     def prepare(self, rows: Sequence[IndexRow]) -> None:
         """Stem the rows' texts before the write lock is taken (their context is mostly
@@ -143,7 +172,12 @@ class BM25Index(DerivedIndex):
             if row.agent not in slots:
                 slots[row.agent] = _slot_made(db, row.agent)
             keys.append((row.row_id, slots[row.agent] << KEY_BITS | row.row_id))
-        insert_values(db, "INSERT INTO memory_terms_keys(row_id, key)", keys)
+        step = _stepped(db, len(rows), [slots[row.agent] for row in rows])
+        insert_values(
+            db,
+            "INSERT INTO memory_terms_keys(row_id, key, step)",
+            [(row_id, key, step) for row_id, key in keys],
+        )
         contexts = self._contexts(db, rows)
         insert_values(
             db,
@@ -153,10 +187,9 @@ class BM25Index(DerivedIndex):
                 for (_, key), r in zip(keys, rows, strict=True)
             ],
         )
-        db.execute("UPDATE memory_terms_count SET entries = entries + ?", [len(rows)])
         self._terms = {}
 
-    def _selective(self, db: Executes, words: list[str]) -> tuple[list[str], bool]:
+    def _selective(self, db: Executes, words: list[str]) -> _Selected:
         """The words worth matching: of those some entry holds, the ones held by no more
         than COMMON_SHARE of all entries and COMMON_ENTRIES, or (when every one is that
         common) the rarest; and whether that one is held by more than COMMON_ENTRIES. A
@@ -164,18 +197,25 @@ class BM25Index(DerivedIndex):
         every word it holds is held by all)."""
         at = tuple(
             db.execute(
-                "SELECT c.entries, s.version, s.cursor, s.backfill_below"
+                "SELECT c.entries, c.step, c.epoch, s.version, s.cursor, s.backfill_below"
                 " FROM memory_terms_count AS c LEFT JOIN index_state AS s ON s.name = ?",
                 [self.name],
             ).fetchone()
         )
         most = int(min(COMMON_SHARE * int(at[0]), COMMON_ENTRIES))
+        counts: dict[str, int] = {}
+
+        def held(word: str, cap: int) -> int:
+            counts[word] = self._held(db, at, word, cap)
+            return counts[word]
+
         # Entries holding each word, counted up to a cap: FTS5's vocabulary table counts
         # them all, reading a common word's whole list (a million entries: 32 ms).
-        chosen, rarest = worth_matching(
-            words, lambda word, cap: self._held(db, at, word, cap), most, RAREST_CAP
-        )
-        return chosen, rarest is not None and rarest > COMMON_ENTRIES
+        chosen, rarest = worth_matching(words, held, most, RAREST_CAP)
+        too_common = rarest is not None and rarest > COMMON_ENTRIES
+        # Each chosen word's count is exact unless it is too common (then it was cut off
+        # at RAREST_CAP, and held.py's copies are not used)
+        return _Selected(chosen, too_common, {word: counts[word] for word in chosen}, int(at[2]))
 
     def _held(self, db: Executes, at: tuple[Any, ...], word: str, cap: int) -> int:
         """How many entries hold the word, counted up to cap, with the index at state
@@ -190,7 +230,7 @@ class BM25Index(DerivedIndex):
                 [match_any([word]), cap],
             ).fetchone()
             held = int(found[0])
-            if at[2] is None:  # no state to know it by (not built here)
+            if at[4] is None:  # no state to know it by (not built here)
                 return held
             if len(self._held_at) >= HELD_KEPT:
                 self._held_at.clear()
@@ -275,28 +315,34 @@ class BM25Index(DerivedIndex):
 
     def ranked(self, db: Executes, agent: str, query: str, limit: int | None) -> RankedWords:
         """search(), as arrays, with whether each entry matched by its own words (True)
-        or only by its context: the second bm25() weighs the context at 0."""
+        or only by its context: the second bm25() weighs the context at 0. Called in a
+        read snapshot: the agent's terms held in memory (held.py) are scored when they
+        can be, else FTS5's bm25(); the same doubles, in the same order."""
         words = query_terms(query)
         if not words:
             return RankedWords.none()
-        slot = _slot(db, agent)
-        if slot is None:  # none of its entries taken in
+        state = _agent_state(db, agent)
+        if state is None:  # none of its entries taken in
             return RankedWords.none()
-        first, last = slot << KEY_BITS, slot << KEY_BITS | ROW_MASK  # the agent's keys
-        selected, too_common = self._selective(db, words)
-        match = match_any(selected)
-        if too_common:  # only the newest COMMON_ENTRIES holding it: BM25 reads no more
+        selected = self._selective(db, words)
+        if not selected.too_common:
+            held = self._held_ranked(db, state, selected, limit)
+            if held is not None:
+                return held
+        first = state.first
+        match = match_any(selected.words)
+        if selected.too_common:  # only the newest COMMON_ENTRIES holding it: BM25 reads no more
             cut = db.execute(
                 "SELECT rowid FROM memory_terms WHERE memory_terms MATCH ?"
                 " AND rowid BETWEEN ? AND ? ORDER BY rowid DESC LIMIT 1 OFFSET ?",
-                [match, first, last, COMMON_ENTRIES - 1],
+                [match, first, state.last, COMMON_ENTRIES - 1],
             ).fetchone()
             first = cut[0] if cut is not None else first
         found = db.execute(
             f"SELECT rowid, bm25(memory_terms, 1.0, {CONTEXT_WEIGHT}) AS rank,"
             " bm25(memory_terms, 1.0, 0.0) FROM memory_terms"
             " WHERE memory_terms MATCH ? AND rowid BETWEEN ? AND ? ORDER BY rank LIMIT ?",
-            [match, first, last, -1 if limit is None else limit],
+            [match, first, state.last, -1 if limit is None else limit],
         ).fetchall()
         if not found:
             return RankedWords.none()
@@ -309,6 +355,65 @@ class BM25Index(DerivedIndex):
             -np.array(ranks, np.float64),
             np.array(own, np.float64) < 0,
         )
+
+    def _held_ranked(
+        self, db: Executes, state: AgentState, selected: _Selected, limit: int | None
+    ) -> RankedWords | None:
+        """ranked() from the agent's terms held in memory; None when they are not."""
+        path = database_file(db)
+        if not path:  # a database in memory: no thread of another connection can read it
+            return None
+        scored = held_terms(path, selected.epoch).scores(
+            db,
+            state.first >> KEY_BITS,
+            state,
+            selected.words,
+            selected.holding,
+            read_totals(db, "memory_terms"),
+            (1.0, CONTEXT_WEIGHT),
+        )
+        if scored is None:
+            return None
+        import numpy as np  # (a search: loaded already for it)
+
+        # best first, ties by key as FTS5's ORDER BY rank leaves them (rows in key order)
+        order = np.lexsort((scored.keys, -scored.scores))[:limit]
+        return RankedWords(scored.keys[order] & ROW_MASK, scored.scores[order], scored.own[order])
+
+
+@dataclass(frozen=True)
+class _Selected:
+    """The query's words worth matching (BM25Index._selective), whether the one left is
+    too common, how many entries hold each, and the index's epoch."""
+
+    words: list[str]
+    too_common: bool
+    holding: dict[str, int]
+    epoch: int
+
+
+def _agent_state(db: Executes, agent: str) -> AgentState | None:
+    """The agent's keys, last step and entries (None: none of its entries taken in)."""
+    found = db.execute(
+        "SELECT slot, step, entries FROM memory_terms_agents WHERE agent = ?", [agent]
+    ).fetchone()
+    if found is None:
+        return None
+    slot, step, entries = (int(value) for value in found)
+    return AgentState(slot << KEY_BITS, slot << KEY_BITS | ROW_MASK, step, entries)
+
+
+def _stepped(db: Database, entries: int, slots: Iterable[int]) -> int:
+    """A new step that changes this many entries (fewer when negative), of the agents of
+    these slots, one for each entry: the step."""
+    db.execute("UPDATE memory_terms_count SET entries = entries + ?, step = step + 1", [entries])
+    step = int(db.execute("SELECT step FROM memory_terms_count").fetchone()[0])
+    sign = 1 if entries >= 0 else -1
+    db.conn.executemany(
+        "UPDATE memory_terms_agents SET step = ?, entries = entries + ? WHERE slot = ?",
+        [(step, sign * count, slot) for slot, count in Counter(slots).items()],
+    )
+    return step
 
 
 def _slot(db: Executes, agent: str) -> int | None:

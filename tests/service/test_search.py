@@ -492,22 +492,22 @@ def test_each_agent_is_searched_alone_and_no_agent_name_is_a_word(
 def test_a_words_index_of_the_previous_version_is_made_again_keyed_by_agent(
     workspace: Workspace,
 ) -> None:
-    """Version 2 numbered an entry by its row id and filtered on an UNINDEXED agent
-    column: an index file of that version is made again, its entries keyed by their
-    agent's slot, and searches answer as before."""
+    """Version 3 kept no steps (held.py's copies read them): an index file of that
+    version is made again, its entries keyed by their agent's slot with the step that
+    wrote them, and searches answer as before."""
     fill(workspace, "coder", MEMORY)
     service = MemoryService(workspace, Config.load(workspace.config_path))
     before = contents(service.search("coder", "tea production", mode="keyword").hits)
     with write_transaction(service.index_db):
-        service.index_db.execute("UPDATE index_state SET version = 2 WHERE name = 'bm25'")
+        service.index_db.execute("UPDATE index_state SET version = 3 WHERE name = 'bm25'")
     service.close()
     service = MemoryService(workspace, Config.load(workspace.config_path))
     assert contents(service.search("coder", "tea production", mode="keyword").hits) == before
     state = read_index_state(service.index_db, BM25Index())
-    assert state is not None and state.identity == BM25Index.version == 3
+    assert state is not None and state.identity == BM25Index.version == 4
     db = service.index_db
     ((slot,),) = db.execute("SELECT slot FROM memory_terms_agents WHERE agent = 'coder'")
-    keyed = db.execute("SELECT row_id, key FROM memory_terms_keys").fetchall()
+    keyed = db.execute("SELECT row_id, key FROM memory_terms_keys WHERE step > 0").fetchall()
     assert len(keyed) == len(MEMORY)
     assert all(key == slot << bm25_module.KEY_BITS | row_id for row_id, key in keyed)
     assert sorted(k for (k,) in db.execute("SELECT rowid FROM memory_terms")) == sorted(
