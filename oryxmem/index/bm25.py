@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from oryxmem.config import Config
 from oryxmem.index import DerivedIndex, Hit, IndexRow, RankedWords
 from oryxmem.index.bm25f import read_totals
-from oryxmem.index.held import AgentState, held_terms
+from oryxmem.index.held import AGENT_ROWS, AgentState, held_terms
 from oryxmem.index.terms import index_text, match_any, query_terms, worth_matching
 from oryxmem.store.db import Executes, insert_values, select_in
 from oryxmem.store.dbfile import database_file
@@ -360,6 +360,8 @@ class BM25Index(DerivedIndex):
         self, db: Executes, state: AgentState, selected: _Selected, limit: int | None
     ) -> RankedWords | None:
         """ranked() from the agent's terms held in memory; None when they are not."""
+        if state.entries > AGENT_ROWS:  # never held: nothing more to read for it
+            return None
         path = database_file(db)
         if not path:  # a database in memory: no thread of another connection can read it
             return None
