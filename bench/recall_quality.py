@@ -11,7 +11,9 @@ answered:
 - hybrid recall: what recall_memory answers with memory.recall = hybrid.
 
 Prints recall@1/5/10 and any@1/5/10 overall and per category, and the p50 time
-per question.
+per question; and how many of the questions the keyword arm ranks the same from the
+agents' terms held in memory (index/held.py) as by FTS5's bm25(): all of them, the
+same rows with the same scores in the same order.
 
 Run: python -m bench.recall_quality [--data ../shared/eval/locomo-dev.json] [--json]
 """
@@ -28,8 +30,12 @@ from pathlib import Path
 from bench.common import Figure, at_least, run_alone, scratch_workspace
 from bench.locomo import CATEGORIES, Conversation, Question, data_option, load
 from oryxmem.config import Config, set_value
+from oryxmem.index import held
+from oryxmem.index.bm25 import BM25Index
 from oryxmem.index.terms import STOPWORDS
 from oryxmem.service import MemoryService
+from oryxmem.store.db import read_snapshot
+from oryxmem.store.dbfile import database_file
 from oryxmem.store.format import ARCHIVAL, CANONICAL_HEADINGS, CORE, render_entry_line
 from oryxmem.workspace import Workspace
 
@@ -121,6 +127,8 @@ def evaluate(data: Path) -> dict[str, dict[str, object]]:
                     for (metric, k), value in score(ranked, question, by_content).items():
                         sums[(metric, "all", k)].append(value)
                         sums[(metric, question.category, k)].append(value)
+            if name == "bm25":
+                results["held"] = {"same": held_the_same(service, conversations)}
             service.close()
             results[name] = {
                 "scores": {f"{m}@{k} {c}": sum(v) / len(v) for (m, c, k), v in sums.items()},
@@ -128,6 +136,38 @@ def evaluate(data: Path) -> dict[str, dict[str, object]]:
                 "questions": len(times),
             }
     return results
+
+
+def held_the_same(service: MemoryService, conversations: list[Conversation]) -> float:
+    """The share of the questions (each asked for every match and for the 200 best)
+    the keyword arm ranks from the agents' copies exactly as FTS5 does, once every agent
+    has its copy (0 when one has none)."""
+    bm25, db = BM25Index(service.config), service.index_db
+    for conversation in conversations:  # searched as often as a copy needs
+        for _ in range(held.WANTED):
+            with read_snapshot(db):
+                bm25.ranked(db, conversation.sample_id, "warm", 1)
+    held.settle()
+    (epoch,) = db.execute("SELECT epoch FROM memory_terms_count").fetchone()
+    if len(held.held_terms(database_file(db), int(epoch)).copies) != len(conversations):
+        return 0.0
+    same = asked = 0
+    for conversation in conversations:
+        for question in conversation.questions:
+            for limit in (None, 200):
+                with read_snapshot(db):
+                    copy = bm25.ranked(db, conversation.sample_id, question.text, limit)
+                    fts5 = bm25.ranked(db, conversation.sample_id, question.text, limit, held=False)
+                asked += 1
+                same += all(
+                    mine.tolist() == theirs.tolist()
+                    for mine, theirs in (
+                        (copy.row_ids, fts5.row_ids),
+                        (copy.scores, fts5.scores),
+                        (copy.own, fts5.own),
+                    )
+                )
+    return same / asked
 
 
 def print_table(results: dict[str, dict[str, object]]) -> None:
@@ -139,6 +179,8 @@ def print_table(results: dict[str, dict[str, object]]) -> None:
     )
     print(head)
     for name, result in results.items():
+        if name == "held":
+            continue
         s = result["scores"]
         assert isinstance(s, dict)
         row = f"{name:<15} {s['recall@1 all']:>6.3f} {s['recall@5 all']:>6.3f}"
@@ -159,7 +201,9 @@ def run(args: argparse.Namespace) -> list[Figure]:
     results = evaluate(args.data)
     if not getattr(args, "quiet_table", False):
         print_table(results)
-    figures = []
+    same = results.pop("held")["same"]
+    assert isinstance(same, float)
+    figures = [Figure("bm25 from held copies: rankings as FTS5's", same, "", at_least(1.0, 21))]
     for name, result in results.items():
         s = result["scores"]
         assert isinstance(s, dict)

@@ -313,11 +313,13 @@ class BM25Index(DerivedIndex):
             for row_id, score in zip(found.row_ids.tolist(), found.scores.tolist(), strict=True)
         ]
 
-    def ranked(self, db: Executes, agent: str, query: str, limit: int | None) -> RankedWords:
+    def ranked(
+        self, db: Executes, agent: str, query: str, limit: int | None, *, held: bool = True
+    ) -> RankedWords:
         """search(), as arrays, with whether each entry matched by its own words (True)
         or only by its context: the second bm25() weighs the context at 0. Called in a
         read snapshot: the agent's terms held in memory (held.py) are scored when they
-        can be, else FTS5's bm25(); the same doubles, in the same order."""
+        can be (and ``held``), else FTS5's bm25(); the same doubles, in the same order."""
         words = query_terms(query)
         if not words:
             return RankedWords.none()
@@ -325,10 +327,10 @@ class BM25Index(DerivedIndex):
         if state is None:  # none of its entries taken in
             return RankedWords.none()
         selected = self._selective(db, words)
-        if not selected.too_common:
-            held = self._held_ranked(db, state, selected, limit)
-            if held is not None:
-                return held
+        if held and not selected.too_common:
+            scored = self._held_ranked(db, state, selected, limit)
+            if scored is not None:
+                return scored
         first = state.first
         match = match_any(selected.words)
         if selected.too_common:  # only the newest COMMON_ENTRIES holding it: BM25 reads no more

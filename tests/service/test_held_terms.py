@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator
-from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -49,13 +48,6 @@ def saved(service: MemoryService, agent: str, texts: list[str]) -> list[str]:
     return ids
 
 
-@contextmanager
-def fts5_only() -> Iterator[None]:
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(BM25Index, "_held_ranked", lambda *args: None)
-        yield
-
-
 def copies(service: MemoryService) -> HeldTerms:
     db = service.index_db
     (epoch,) = db.execute("SELECT epoch FROM memory_terms_count").fetchone()
@@ -95,8 +87,7 @@ def same_both_ways(service: MemoryService, agent: str, queries: list[str]) -> in
                 with pytest.MonkeyPatch.context() as patch:
                     patch.setattr(HeldTerms, "scores", counting)
                     held = bm25.ranked(db, agent, query, limit)
-                with fts5_only():
-                    fts5 = bm25.ranked(db, agent, query, limit)
+                fts5 = bm25.ranked(db, agent, query, limit, held=False)
             assert held.row_ids.tolist() == fts5.row_ids.tolist(), query
             assert held.scores.tolist() == fts5.scores.tolist(), query  # the same doubles
             assert held.own.tolist() == fts5.own.tolist(), query
@@ -181,8 +172,7 @@ def test_a_copy_is_not_used_by_a_snapshot_older_than_it(service: MemoryService) 
             saved(service, "coder", ["tea tea tea"])
             same_both_ways(service, "coder", ["tea"])  # the copy moves on past `old`
             assert copies(service).copies[slot_of(service, "coder")].step > 0
-            with fts5_only():
-                fts5_then = bm25.ranked(old, "coder", "tea", None)
+            fts5_then = bm25.ranked(old, "coder", "tea", None, held=False)
             then = bm25.ranked(old, "coder", "tea", None)
     finally:
         other.close()
