@@ -148,7 +148,7 @@ class BM25Index(DerivedIndex):
         db.conn.executemany(
             "DELETE FROM memory_terms_keys WHERE row_id = ?", [[r] for r in row_ids]
         )
-        step = _stepped(db, -len(keys), [key >> KEY_BITS for key in keys])
+        step = _stepped(db, [key >> KEY_BITS for key in keys], -1)
         insert_values(db, "INSERT INTO memory_terms_gone(key, step)", [(k, step) for k in keys])
         forgot = step - GONE_KEPT_STEPS
         if db.execute("DELETE FROM memory_terms_gone WHERE step <= ?", [forgot]).rowcount:
@@ -172,7 +172,7 @@ class BM25Index(DerivedIndex):
             if row.agent not in slots:
                 slots[row.agent] = _slot_made(db, row.agent)
             keys.append((row.row_id, slots[row.agent] << KEY_BITS | row.row_id))
-        step = _stepped(db, len(rows), [slots[row.agent] for row in rows])
+        step = _stepped(db, [slots[row.agent] for row in rows], 1)
         insert_values(
             db,
             "INSERT INTO memory_terms_keys(row_id, key, step)",
@@ -369,7 +369,6 @@ class BM25Index(DerivedIndex):
             return None
         scored = held_terms(path, selected.epoch).scores(
             db,
-            state.first >> KEY_BITS,
             state,
             selected.words,
             selected.holding,
@@ -404,15 +403,17 @@ def _agent_state(db: Executes, agent: str) -> AgentState | None:
     if found is None:
         return None
     slot, step, entries = (int(value) for value in found)
-    return AgentState(slot << KEY_BITS, slot << KEY_BITS | ROW_MASK, step, entries)
+    return AgentState(slot, slot << KEY_BITS, slot << KEY_BITS | ROW_MASK, step, entries)
 
 
-def _stepped(db: Database, entries: int, slots: Iterable[int]) -> int:
-    """A new step that changes this many entries (fewer when negative), of the agents of
-    these slots, one for each entry: the step."""
-    db.execute("UPDATE memory_terms_count SET entries = entries + ?, step = step + 1", [entries])
+def _stepped(db: Database, slots: Sequence[int], sign: int) -> int:
+    """A new step that adds (sign 1) or drops (-1) an entry of each of these slots'
+    agents (a slot once for each entry): the step."""
+    db.execute(
+        "UPDATE memory_terms_count SET entries = entries + ?, step = step + 1",
+        [sign * len(slots)],
+    )
     step = int(db.execute("SELECT step FROM memory_terms_count").fetchone()[0])
-    sign = 1 if entries >= 0 else -1
     db.conn.executemany(
         "UPDATE memory_terms_agents SET step = ?, entries = entries + ? WHERE slot = ?",
         [(step, sign * count, slot) for slot, count in Counter(slots).items()],

@@ -27,7 +27,6 @@ import queue
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass
 from urllib.parse import quote
 
@@ -52,9 +51,10 @@ class _Copy:
 
 @dataclass(frozen=True)
 class AgentState:
-    """What the index says of an agent in a snapshot: its keys' range, its last step,
-    its entries."""
+    """What the index says of an agent in a snapshot: its slot and its keys' range, its
+    last step, its entries."""
 
+    slot: int
     first: int
     last: int
     step: int
@@ -75,7 +75,6 @@ class HeldTerms:
     def scores(
         self,
         db: Executes,
-        slot: int,
         agent: AgentState,
         terms: list[str],
         holding: dict[str, int],
@@ -85,22 +84,23 @@ class HeldTerms:
         """The agent's rows scored from its copy, brought up to the caller's snapshot;
         None when it has none to use (FTS5 answers)."""
         with self.lock:
-            copy = self.copies.get(slot)
+            copy = self.copies.get(agent.slot)
             if copy is None:
-                self._want(slot, agent)
+                self._want(agent)
                 return None
             if copy.step > agent.step:  # made from a newer snapshot than the caller's
                 return None
             if copy.step < agent.step and not self._bring_up(db, copy, agent):
-                del self.copies[slot]
-                self._make(slot, agent)
+                del self.copies[agent.slot]
+                self._make(agent)
                 return None
             copy.used = time.monotonic()
             return copy.terms.scores(terms, holding, totals, weights)
 
-    def _want(self, slot: int, agent: AgentState) -> None:
+    def _want(self, agent: AgentState) -> None:
         """One more search of an agent with no copy: queue its making on the WANTED-th,
         when it is small enough and there is room for it."""
+        slot = agent.slot
         if agent.entries > AGENT_ROWS or slot in self.too_big or slot in self.making:
             return
         asked = self.asked.get(slot, 0) + 1
@@ -109,7 +109,7 @@ class HeldTerms:
             return
         self.asked.pop(slot, None)  # asked again WANTED times before it is considered again
         if self._room(agent.entries):
-            self._make(slot, agent)
+            self._make(agent)
 
     def _room(self, rows: int) -> bool:
         """Whether ``rows`` more fit within HELD_ROWS, making room by letting go of the
@@ -127,9 +127,9 @@ class HeldTerms:
             held -= len(self.copies.pop(slot).terms)
         return held + rows <= HELD_ROWS
 
-    def _make(self, slot: int, agent: AgentState) -> None:
-        self.making.add(slot)
-        _maker().put((self, slot, agent))
+    def _make(self, agent: AgentState) -> None:
+        self.making.add(agent.slot)
+        _maker().put((self, agent))
 
     def _bring_up(self, db: Executes, copy: _Copy, agent: AgentState) -> bool:
         """Bring the copy to the agent's step: drop the keys dropped since, read again
@@ -155,31 +155,31 @@ class HeldTerms:
             "SELECT rowid, body, context FROM memory_terms WHERE rowid IN ({marks})",
             written,
         ):
-            copy.terms.put(int(key), str(body), str(context))
+            copy.terms.put(key, body, context)
         copy.step = agent.step
         return len(copy.terms) <= AGENT_ROWS
 
-    def make(self, slot: int, agent: AgentState) -> None:
+    def make(self, agent: AgentState) -> None:
         """Make the agent's copy from its rows, in a snapshot of a connection of its own
         (on the maker's thread), and hold it if there is room."""
         try:
-            made = self._read(slot, agent)
+            made = self._read(agent)
         finally:
             with self.lock:
-                self.making.discard(slot)
+                self.making.discard(agent.slot)
         if made is None:
             return
         with self.lock:
-            if slot not in self.copies and self._room(len(made.terms)):
-                self.copies[slot] = made
+            if agent.slot not in self.copies and self._room(len(made.terms)):
+                self.copies[agent.slot] = made
 
-    def _read(self, slot: int, agent: AgentState) -> _Copy | None:
+    def _read(self, agent: AgentState) -> _Copy | None:
         conn = sqlite3.connect(f"file:{quote(self.path)}?mode=ro", uri=True)
         try:
             conn.execute("BEGIN")
             (epoch,) = conn.execute("SELECT epoch FROM memory_terms_count").fetchone()
             found = conn.execute(
-                "SELECT step FROM memory_terms_agents WHERE slot = ?", [slot]
+                "SELECT step FROM memory_terms_agents WHERE slot = ?", [agent.slot]
             ).fetchone()
             if epoch != self.epoch or found is None:  # made again since: nothing to hold
                 return None
@@ -191,13 +191,9 @@ class HeldTerms:
             conn.close()
         if len(rows) > AGENT_ROWS:
             with self.lock:
-                self.too_big.add(slot)
+                self.too_big.add(agent.slot)
             return None
-        return _Copy(AgentTerms.made(_texts(rows)), int(found[0]), time.monotonic())
-
-
-def _texts(rows: Iterable[tuple[int, str, str]]) -> Iterable[tuple[int, str, str]]:
-    return ((int(key), str(body), str(context)) for key, body, context in rows)
+        return _Copy(AgentTerms.made(rows), int(found[0]), time.monotonic())
 
 
 _HELD: dict[str, HeldTerms] = {}
@@ -218,17 +214,17 @@ class _Maker:
     """The thread that makes copies, one after another, started with the first."""
 
     def __init__(self) -> None:
-        self.todo: queue.Queue[tuple[HeldTerms, int, AgentState]] = queue.Queue()
+        self.todo: queue.Queue[tuple[HeldTerms, AgentState]] = queue.Queue()
         threading.Thread(target=self._run, name="oryxmem-held-terms", daemon=True).start()
 
-    def put(self, job: tuple[HeldTerms, int, AgentState]) -> None:
+    def put(self, job: tuple[HeldTerms, AgentState]) -> None:
         self.todo.put(job)
 
     def _run(self) -> None:
         while True:
-            held, slot, agent = self.todo.get()
+            held, agent = self.todo.get()
             try:
-                held.make(slot, agent)
+                held.make(agent)
             except sqlite3.Error as error:  # nothing is lost: FTS5 goes on answering
                 log.warning("could not hold the terms of an index's agent: %s", error)
             finally:

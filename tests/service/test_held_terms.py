@@ -138,6 +138,10 @@ def test_searches_from_the_copy_rank_as_fts5_does_through_every_change(
     # brought up in place, step by step, not made again
     assert copies(service).copies[slot_of(service, "coder")] is copy
     assert len(copy.terms) == 170 + 12 - 2 - 2
+    entries = service.index_db.execute(  # the agent's count, kept by each step
+        "SELECT entries FROM memory_terms_agents WHERE agent = 'coder'"
+    ).fetchone()[0]
+    assert entries == len(copy.terms)
     hits = service.search("coder", "zebra", limit=3, mode="keyword").hits
     assert {hit.entry.content for hit in hits[:2]} == {"zebra crossing tea", "zebra tea"}
 
