@@ -32,14 +32,13 @@ from typing import TYPE_CHECKING, Any
 
 from oryxmem.config import Config
 from oryxmem.index import DerivedIndex, Hit, IndexRow, RankedWords
-from oryxmem.index.bm25f import read_totals
-from oryxmem.index.held import AGENT_ROWS, AgentState, held_terms
 from oryxmem.index.terms import index_text, match_any, query_terms, worth_matching
 from oryxmem.store.db import Executes, insert_values, select_in
 from oryxmem.store.dbfile import database_file
 from oryxmem.store.format import ARCHIVAL
 
 if TYPE_CHECKING:
+    from oryxmem.index.held import AgentState
     from oryxmem.store.db import Database
 
 CONTEXT_ENTRIES = 2  # how many entries before an entry are its context
@@ -362,12 +361,17 @@ class BM25Index(DerivedIndex):
         self, db: Executes, state: AgentState, selected: _Selected, limit: int | None
     ) -> RankedWords | None:
         """ranked() from the agent's terms held in memory; None when they are not."""
-        if state.entries > AGENT_ROWS:  # never held: nothing more to read for it
+        import numpy as np  # (a search: loaded already for it)
+
+        from oryxmem.index import held
+        from oryxmem.index.bm25f import read_totals
+
+        if state.entries > held.AGENT_ROWS:  # never held: nothing more to read for it
             return None
         path = database_file(db)
         if not path:  # a database in memory: no thread of another connection can read it
             return None
-        scored = held_terms(path, selected.epoch).scores(
+        scored = held.held_terms(path, selected.epoch).scores(
             db,
             state,
             selected.words,
@@ -377,7 +381,6 @@ class BM25Index(DerivedIndex):
         )
         if scored is None:
             return None
-        import numpy as np  # (a search: loaded already for it)
 
         # best first, ties by key as FTS5's ORDER BY rank leaves them (rows in key order)
         order = np.lexsort((scored.keys, -scored.scores))[:limit]
@@ -397,6 +400,8 @@ class _Selected:
 
 def _agent_state(db: Executes, agent: str) -> AgentState | None:
     """The agent's keys, last step and entries (None: none of its entries taken in)."""
+    from oryxmem.index.held import AgentState  # (numpy with it: a search, not a save)
+
     found = db.execute(
         "SELECT slot, step, entries FROM memory_terms_agents WHERE agent = ?", [agent]
     ).fetchone()

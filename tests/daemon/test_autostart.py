@@ -88,6 +88,32 @@ def test_a_save_or_a_show_starts_no_daemon_and_autostart_off_starts_none(
     assert daemon_pid() is None and not (background.run_dir / "daemon.log").exists()
 
 
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("save", "--agent", "coder", "User drinks oolong."),
+        ("show", "--agent", "coder"),
+        ("context", "--agent", "coder"),
+        ("agents",),
+        ("status",),
+    ],
+    ids=lambda command: command[0],
+)
+def test_commands_that_need_no_model_load_no_numpy_with_no_daemon(
+    background: Workspace, command: tuple[str, ...]
+) -> None:
+    """A cold command with no daemon reads and writes the stores, and the words index
+    follows a save: none of it needs numpy (about 70 ms of a command's start)."""
+    off = {"ORYXMEM_AUTOSTART": "0"}
+    assert run_cli("save", "--agent", "coder", "User likes green tea.", env=off).returncode == 0
+    assert run_cli("sync", env=off).returncode == 0
+    done = in_process(*command, env=off)
+    assert "numpy not loaded" in done.stderr, done.stderr
+    if command[0] in ("save", "show", "context"):
+        assert "tea" in run_cli("show", "--agent", "coder", env=off).stdout
+    assert daemon_pid() is None
+
+
 def test_the_hooks_answer_with_no_daemon_and_leave_one_for_the_next(
     background: Workspace,
 ) -> None:
