@@ -126,6 +126,9 @@ def daemon(workspace: Workspace, log: Path, **kwargs: Any) -> Iterator[RunningDa
     running = start_daemon(workspace, log, **kwargs)
     try:
         yield running
+    except BaseException:  # the daemon's side of a failure, in the test's report
+        sys.stderr.write(f"--- the daemon's log ({log}), its end ---\n{running.text()[-20000:]}")
+        raise
     finally:
         if running.proc.poll() is None:
             assert running.stop() == 0, running.text()
