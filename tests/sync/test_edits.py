@@ -208,7 +208,9 @@ def test_forgetting_the_first_of_two_alike_entries_leaves_the_second(
     service: MemoryService, workspace: Workspace
 ) -> None:
     """Alike entries are numbered in file order (X, X-1): when the first goes, the second
-    is X now, and X-1 is the id that went from the file."""
+    is X now, and X-1 is the id that went from the file. The clock stands still: an id
+    is the key of (scope, time, content), and saves a second apart are not alike."""
+    service.files.clock = lambda: "2026-12-01 09:00:00"
     first, _, second = saved(service, "Uses vim.", "Drinks tea.", "Uses vim.")
     assert second == f"{first}-1"
     edited = service.forget("coder", [first])
