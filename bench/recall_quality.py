@@ -35,8 +35,9 @@ from oryxmem.index.bm25 import BM25Index
 from oryxmem.index.terms import STOPWORDS
 from oryxmem.service import MemoryService
 from oryxmem.store.db import read_snapshot
-from oryxmem.store.dbfile import database_file
+from oryxmem.store.dbfile import database_files
 from oryxmem.store.format import ARCHIVAL, CANONICAL_HEADINGS, CORE, render_entry_line
+from oryxmem.store.indexfile import ROWS
 from oryxmem.workspace import Workspace
 
 KS = (1, 5, 10)
@@ -149,7 +150,8 @@ def held_the_same(service: MemoryService, conversations: list[Conversation]) -> 
                 bm25.ranked(db, conversation.sample_id, "warm", 1)
     held.settle()
     (epoch,) = db.execute("SELECT epoch FROM memory_terms_count").fetchone()
-    if len(held.held_terms(database_file(db), int(epoch)).copies) != len(conversations):
+    files = database_files(db)
+    if len(held.held_terms(files["main"], int(epoch), files[ROWS]).copies) != len(conversations):
         return 0.0
     same = asked = 0
     for conversation in conversations:

@@ -25,8 +25,8 @@ alone, far below the keyword arm's context), the multilingual e5-small model
 from __future__ import annotations
 
 import itertools
-from collections.abc import Collection, Iterator
-from dataclasses import dataclass
+from collections.abc import Collection, Iterator, Mapping
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 import numpy as np
@@ -123,7 +123,7 @@ def rank(
     exact: set[int] = set()
     if mode in ("hybrid", "keyword"):
         words = _keyword_arm(db, agent, query, keyword)
-        exact = _holding_whole(db, query, words.row_ids.tolist())  # (the meaning arm runs)
+        exact = _holding_whole(db, query, words.row_ids.tolist(), words.texts)  # (meaning runs)
     semantic = _NO_MEANING
     unembedded = 0
     if scorer is not None:
@@ -133,7 +133,7 @@ def rank(
     candidates = _Candidates.of(words, semantic)
     if mode == "hybrid":
         only_meaning = candidates.row_ids[candidates.by_meaning & ~candidates.by_words]
-        exact |= _holding_whole(db, query, only_meaning.tolist())
+        exact |= _holding_whole(db, query, only_meaning.tolist(), words.texts)
     weights = {
         "hybrid": (KEYWORD_WEIGHT, SEMANTIC_WEIGHT),
         "keyword": (1.0, 0.0),
@@ -211,20 +211,33 @@ def _keyword_arm(db: Executes, agent: str, query: str, keyword: WordsArm) -> Ran
     found = keyword.ranked(db, agent, query, POOL)
     best = found.scores.max(initial=0.0)
     if best <= 0:
-        return RankedWords.none()
-    return RankedWords(found.row_ids, found.scores / best, found.own)
+        return replace(RankedWords.none(), texts=found.texts)
+    return RankedWords(found.row_ids, found.scores / best, found.own, found.texts)
 
 
-def _holding_whole(db: Executes, query: str, candidates: Collection[int]) -> set[int]:
+def _holding_whole(
+    db: Executes, query: str, candidates: Collection[int], texts: Mapping[int, str] | None
+) -> set[int]:
     """The candidates whose content holds the whole query (casefolded). An entry that does
-    holds all its words, so the arms brought it: there is nowhere else to look."""
+    holds all its words, so the arms brought it: there is nowhere else to look. The
+    contents the words arm holds (``texts``, casefolded already) are looked at there,
+    the others read."""
     folded = query.strip().casefold()
     if len(folded) < EXACT_MIN_CHARS:
         return set()
-    return {
+    exact, unheld = set(), []
+    held = texts or {}
+    for row_id in candidates:
+        text = held.get(row_id)
+        if text is None:
+            unheld.append(row_id)
+        elif folded in text:
+            exact.add(row_id)
+    exact.update(
         row_id
         for row_id, content in select_in(
-            db, "SELECT id, content FROM memory_entries WHERE id IN ({marks})", list(candidates)
+            db, "SELECT id, content FROM memory_entries WHERE id IN ({marks})", unheld
         )
         if isinstance(content, str) and folded in content.casefold()
-    }
+    )
+    return exact

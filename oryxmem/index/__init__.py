@@ -21,7 +21,7 @@ is a ``SessionIndex``, declared with ``source="sessions"``.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol
 
@@ -60,11 +60,13 @@ class Hit:
 class RankedWords:
     """What a words arm found, best first, as arrays in one order: the row ids, their
     scores (higher is better), and whether each was found by its own words (else only
-    by the words around it)."""
+    by the words around it); and the contents casefolded of the agent's rows it holds
+    in memory, by row id (None: it holds none), so a search need not read them."""
 
     row_ids: npt.NDArray[np.int64]
     scores: npt.NDArray[np.float64]
     own: npt.NDArray[np.bool_]
+    texts: Mapping[int, str] | None = None
 
     @staticmethod
     def none() -> RankedWords:

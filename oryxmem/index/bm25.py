@@ -34,8 +34,9 @@ from oryxmem.config import Config
 from oryxmem.index import DerivedIndex, Hit, IndexRow, RankedWords
 from oryxmem.index.terms import index_text, match_any, query_terms, worth_matching
 from oryxmem.store.db import Executes, insert_values, select_in
-from oryxmem.store.dbfile import database_file
+from oryxmem.store.dbfile import database_files
 from oryxmem.store.format import ARCHIVAL
+from oryxmem.store.indexfile import ROWS
 
 if TYPE_CHECKING:
     from oryxmem.index.held import AgentState
@@ -368,10 +369,11 @@ class BM25Index(DerivedIndex):
 
         if state.entries > held.AGENT_ROWS:  # never held: nothing more to read for it
             return None
-        path = database_file(db)
+        files = database_files(db)
+        path = files.get("main", "")
         if not path:  # a database in memory: no thread of another connection can read it
             return None
-        scored = held.held_terms(path, selected.epoch).scores(
+        found = held.held_terms(path, selected.epoch, files.get(ROWS, "")).scores(
             db,
             state,
             selected.words,
@@ -379,12 +381,14 @@ class BM25Index(DerivedIndex):
             read_totals(db, "memory_terms"),
             (1.0, CONTEXT_WEIGHT),
         )
-        if scored is None:
+        if found is None:
             return None
-
+        scored = found.scored
         # best first, ties by key as FTS5's ORDER BY rank leaves them (rows in key order)
         order = np.lexsort((scored.keys, -scored.scores))[:limit]
-        return RankedWords(scored.keys[order] & ROW_MASK, scored.scores[order], scored.own[order])
+        return RankedWords(
+            scored.keys[order] & ROW_MASK, scored.scores[order], scored.own[order], found.texts
+        )
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,9 @@ one). An agent's copy is:
   snapshot (another reader moved it on) is not used by that search; one that has fallen
   more than REFRESH_MOST keys behind, or behind the dropped keys still logged, is made
   again on the thread;
+- holding each row's content casefolded too, so that the whole-query check of a search
+  (search.py) reads no rows for the rows the copy holds; the content is read with the
+  row's terms, when the copy is made and when a key is written again;
 - held with the others within HELD_ROWS rows in all: a new copy takes the room of the
   least recently searched of those not searched for COLD_SECONDS, or is not made. Many
   agents searched in turn never make copies over and over.
@@ -27,17 +30,20 @@ import queue
 import sqlite3
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from urllib.parse import quote
 
 from oryxmem.index.bm25f import AgentTerms, Scored, TableTotals
 from oryxmem.store.db import Executes, select_in
+from oryxmem.store.indexfile import ROWS, rows_uri
 
 log = logging.getLogger(__name__)
 
 WANTED = 3  # searches of an agent before its terms are held
 AGENT_ROWS = 4096  # an agent of more entries is left to FTS5
-HELD_ROWS = 32768  # rows held in all, about 1 KB each
+HELD_ROWS = 32768  # rows held in all, about 1 KB each with their content
 COLD_SECONDS = 60.0  # an agent not searched for this long gives way to another
 REFRESH_MOST = 512  # keys changed since a copy's step that a search brings it up by
 
@@ -45,8 +51,18 @@ REFRESH_MOST = 512  # keys changed since a copy's step that a search brings it u
 @dataclass
 class _Copy:
     terms: AgentTerms
+    texts: dict[int, str]  # each row's content casefolded, by row id
     step: int  # the agent's step the terms are at
     used: float  # when a search last used them (time.monotonic())
+
+
+@dataclass(frozen=True)
+class HeldScores:
+    """A search scored from a copy, and the copy's texts: each row's content casefolded,
+    by row id (read, not copied: a later search may bring a row's text on meanwhile)."""
+
+    scored: Scored
+    texts: Mapping[int, str]
 
 
 @dataclass(frozen=True)
@@ -64,8 +80,9 @@ class AgentState:
 class HeldTerms:
     """The copies of one index file's agents (by their slots) at one epoch."""
 
-    def __init__(self, path: str, epoch: int) -> None:
+    def __init__(self, path: str, epoch: int, rows: str) -> None:
         self.path, self.epoch = path, epoch
+        self.rows = rows  # the rows' file the index's connections attach ('' if none)
         self.lock = threading.Lock()
         self.copies: dict[int, _Copy] = {}
         self.asked: dict[int, int] = {}  # slot -> searches since it was last considered
@@ -80,7 +97,7 @@ class HeldTerms:
         holding: dict[str, int],
         totals: TableTotals,
         weights: tuple[float, float],
-    ) -> Scored | None:
+    ) -> HeldScores | None:
         """The agent's rows scored from its copy, brought up to the caller's snapshot;
         None when it has none to use (FTS5 answers)."""
         with self.lock:
@@ -95,7 +112,7 @@ class HeldTerms:
                 self._make(agent)
                 return None
             copy.used = time.monotonic()
-            return copy.terms.scores(terms, holding, totals, weights)
+            return HeldScores(copy.terms.scores(terms, holding, totals, weights), copy.texts)
 
     def _want(self, agent: AgentState) -> None:
         """One more search of an agent with no copy: queue its making on the WANTED-th,
@@ -133,8 +150,9 @@ class HeldTerms:
 
     def _bring_up(self, db: Executes, copy: _Copy, agent: AgentState) -> bool:
         """Bring the copy to the agent's step: drop the keys dropped since, read again
-        the keys written since. False when that is more than REFRESH_MOST keys, or some
-        dropped keys are no longer logged (the copy is to be made again)."""
+        the keys written since, with their rows' content. False when that is more than
+        REFRESH_MOST keys, or some dropped keys are no longer logged (the copy is to be
+        made again)."""
         forgot = int(db.execute("SELECT forgot FROM memory_terms_count").fetchone()[0])
         if copy.step < forgot:
             return False
@@ -150,12 +168,11 @@ class HeldTerms:
             return False
         for key in gone:
             copy.terms.drop(key)
-        for key, body, context in select_in(
-            db,
-            "SELECT rowid, body, context FROM memory_terms WHERE rowid IN ({marks})",
-            written,
-        ):
+            copy.texts.pop(key - agent.first, None)
+        read = select_in(db, _WITH_CONTENT + "IN ({marks})", written, [agent.first])
+        for key, body, context, content in read:
             copy.terms.put(key, body, context)
+            _hold_text(copy.texts, key - agent.first, content)
         copy.step = agent.step
         return len(copy.terms) <= AGENT_ROWS
 
@@ -176,6 +193,8 @@ class HeldTerms:
     def _read(self, agent: AgentState) -> _Copy | None:
         conn = sqlite3.connect(f"file:{quote(self.path)}?mode=ro", uri=True)
         try:
+            if self.rows:  # the rows' file, attached as the index's own connections do
+                conn.execute(f"ATTACH DATABASE ? AS {ROWS}", [rows_uri(Path(self.rows))])
             conn.execute("BEGIN")
             (epoch,) = conn.execute("SELECT epoch FROM memory_terms_count").fetchone()
             found = conn.execute(
@@ -184,8 +203,8 @@ class HeldTerms:
             if epoch != self.epoch or found is None:  # made again since: nothing to hold
                 return None
             rows = conn.execute(
-                "SELECT rowid, body, context FROM memory_terms WHERE rowid BETWEEN ? AND ? LIMIT ?",
-                [agent.first, agent.last, AGENT_ROWS + 1],
+                _WITH_CONTENT + "BETWEEN ? AND ? LIMIT ?",
+                [agent.first, agent.first, agent.last, AGENT_ROWS + 1],
             ).fetchall()
         finally:
             conn.close()
@@ -193,20 +212,40 @@ class HeldTerms:
             with self.lock:
                 self.too_big.add(agent.slot)
             return None
-        return _Copy(AgentTerms.made(rows), int(found[0]), time.monotonic())
+        texts: dict[int, str] = {}
+        for key, _, _, content in rows:
+            _hold_text(texts, key - agent.first, content)
+        terms = AgentTerms.made((key, body, context) for key, body, context, _ in rows)
+        return _Copy(terms, texts, int(found[0]), time.monotonic())
+
+
+# Keys' terms with their rows' content (NULL: the row went, and its key goes next), the
+# keys as the rest says; the first parameter is the agent's first key (a key less it is
+# the row id).
+_WITH_CONTENT = (
+    "SELECT t.rowid, t.body, t.context, e.content FROM memory_terms AS t"
+    " LEFT JOIN memory_entries AS e ON e.id = t.rowid - ? WHERE t.rowid "
+)
+
+
+def _hold_text(texts: dict[int, str], row_id: int, content: object) -> None:
+    if isinstance(content, str):
+        texts[row_id] = content.casefold()
+    else:
+        texts.pop(row_id, None)
 
 
 _HELD: dict[str, HeldTerms] = {}
 _HELD_LOCK = threading.Lock()
 
 
-def held_terms(path: str, epoch: int) -> HeldTerms:
+def held_terms(path: str, epoch: int, rows: str) -> HeldTerms:
     """The copies of the index file at ``path`` at this epoch (those of another epoch,
-    of an index since dropped, are let go)."""
+    of an index since dropped, are let go); ``rows``: the rows' file it attaches."""
     with _HELD_LOCK:
         held = _HELD.get(path)
         if held is None or held.epoch != epoch:
-            held = _HELD[path] = HeldTerms(path, epoch)
+            held = _HELD[path] = HeldTerms(path, epoch, rows)
         return held
 
 

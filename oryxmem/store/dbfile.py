@@ -52,5 +52,10 @@ def use_wal(db: Executes) -> None:
 
 def database_file(db: Executes) -> str:
     """The path of the connection's main database file ('' in memory)."""
-    rows = db.execute("PRAGMA database_list").fetchall()
-    return str(next((row[2] for row in rows if row[1] == "main"), ""))
+    return database_files(db).get("main", "")
+
+
+def database_files(db: Executes) -> dict[str, str]:
+    """The path of each of the connection's database files by its schema name ('' for
+    one in memory)."""
+    return {str(name): str(path) for _, name, path in db.execute("PRAGMA database_list")}

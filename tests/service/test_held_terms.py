@@ -1,6 +1,7 @@
 """Agents' terms held in memory (oryxmem/index/held.py): a search scored from them gives
 what FTS5's bm25() gives, the same rows with the same doubles in the same order, after
-saves, edits and forgets, and when the copy must be made again."""
+saves, edits and forgets, and when the copy must be made again; and each row's content,
+casefolded, for the search's whole-query check."""
 
 from __future__ import annotations
 
@@ -14,9 +15,11 @@ from oryxmem.config import Config
 from oryxmem.index import held as held_module
 from oryxmem.index.bm25 import KEY_BITS, BM25Index
 from oryxmem.index.held import HeldTerms, held_terms, settle
+from oryxmem.search import _holding_whole
 from oryxmem.service import MemoryService
 from oryxmem.store.db import read_snapshot, write_transaction
-from oryxmem.store.dbfile import database_file
+from oryxmem.store.dbfile import database_files
+from oryxmem.store.indexfile import ROWS
 from oryxmem.workspace import Workspace
 
 WORDS = [
@@ -35,6 +38,7 @@ QUERIES = [
     "nothing here matches",
     "user",
 ]
+WHOLE = ["straße zum", "TEA DEPLOY", "Café Naïve", "深色 模式", "zebra crossing", "ea", "s t", "crossing tea"]
 
 
 def sentence(rng: random.Random) -> str:
@@ -51,7 +55,8 @@ def saved(service: MemoryService, agent: str, texts: list[str]) -> list[str]:
 def copies(service: MemoryService) -> HeldTerms:
     db = service.index_db
     (epoch,) = db.execute("SELECT epoch FROM memory_terms_count").fetchone()
-    return held_terms(database_file(db), int(epoch))
+    files = database_files(db)
+    return held_terms(files["main"], int(epoch), files[ROWS])
 
 
 def slot_of(service: MemoryService, agent: str) -> int:
@@ -68,6 +73,21 @@ def held_in(service: MemoryService, agent: str) -> None:
         with read_snapshot(service.index_db) as db:
             bm25.ranked(db, agent, "tea", 10)
     settle()
+
+
+def texts_as_rows(service: MemoryService, agent: str) -> None:
+    """The copy holds each of the agent's rows' content casefolded, and the whole-query
+    check from it finds what reading the rows finds, for every query and row."""
+    held = copies(service).copies[slot_of(service, agent)].texts
+    rows = dict(
+        service.db.execute("SELECT id, content FROM memory_entries WHERE agent = ?", [agent])
+    )
+    assert held == {row_id: content.casefold() for row_id, content in rows.items()}
+    for query in [*QUERIES, *WHOLE]:
+        with read_snapshot(service.index_db) as db:
+            assert _holding_whole(db, query, list(rows), held) == _holding_whole(
+                db, query, list(rows), None
+            ), query
 
 
 def same_both_ways(service: MemoryService, agent: str, queries: list[str]) -> int:
@@ -116,11 +136,14 @@ def test_searches_from_the_copy_rank_as_fts5_does_through_every_change(
     assert len(copy.terms) == 170
     assert same_both_ways(service, "coder", QUERIES) == 3 * len(QUERIES)
     assert slot_of(service, "writer") not in copies(service).copies  # never searched
+    texts_as_rows(service, "coder")
 
-    ids = saved(service, "coder", [sentence(rng) for _ in range(12)])  # saves
+    mixed = "Die STRASSE zum Café: Tea"  # casefolded as the check does: "straße" holds
+    ids = saved(service, "coder", [*(sentence(rng) for _ in range(11)), mixed])  # saves
     saved(service, "writer", [sentence(rng) for _ in range(5)])  # another agent's
     assert same_both_ways(service, "coder", QUERIES) == 3 * len(QUERIES)
     assert len(copy.terms) == 170 + 12
+    texts_as_rows(service, "coder")
     held_before = [  # entries the copy held from its making
         entry_id
         for (entry_id,) in service.db.execute(
@@ -142,8 +165,13 @@ def test_searches_from_the_copy_rank_as_fts5_does_through_every_change(
         "SELECT entries FROM memory_terms_agents WHERE agent = 'coder'"
     ).fetchone()[0]
     assert entries == len(copy.terms)
+    texts_as_rows(service, "coder")
     hits = service.search("coder", "zebra", limit=3, mode="keyword").hits
     assert {hit.entry.content for hit in hits[:2]} == {"zebra crossing tea", "zebra tea"}
+    hits = service.search("coder", "Zebra Crossing", limit=3, mode="keyword").hits
+    assert [(hit.entry.content, hit.arms[0]) for hit in hits[:1]] == [
+        ("zebra crossing tea", "exact")
+    ]
 
 
 def test_a_copy_behind_the_dropped_keys_still_logged_is_made_again(
@@ -163,6 +191,7 @@ def test_a_copy_behind_the_dropped_keys_still_logged_is_made_again(
     again = copies(service).copies[slot_of(service, "coder")]
     assert again is not first and len(again.terms) == 170
     assert same_both_ways(service, "coder", QUERIES) == 3 * len(QUERIES)
+    texts_as_rows(service, "coder")
 
 
 def test_a_copy_is_not_used_by_a_snapshot_older_than_it(service: MemoryService) -> None:
