@@ -38,7 +38,7 @@ QUERIES = [
     "nothing here matches",
     "user",
 ]
-WHOLE = ["straße zum", "TEA DEPLOY", "Café Naïve", "深色 模式", "zebra crossing", "ea", "s t", "crossing tea"]
+WHOLE = ["straße zum", "TEA DEPLOY", "Café Naïve", "zebra crossing", "ea", "s t", "tea rust"]
 
 
 def sentence(rng: random.Random) -> str:
