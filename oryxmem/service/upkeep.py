@@ -295,16 +295,18 @@ class Upkeep:
         return done
 
     def index_summary(self) -> dict[str, Any]:
-        """How far each index is behind the rows; the vectors' model too."""
-        db = self.shared.index_db
+        """How far each index is behind the rows, all read in one snapshot (a step that
+        commits meanwhile shows in every index it moved, or in none); the vectors' model
+        too."""
         summary: dict[str, Any] = {}
         vectors = self.vector_index()
-        for name, index in self.indexes.items():
-            summary[name] = {"pending": pending(db, index)}
-            if index is vectors:
-                summary[name]["model"] = vectors.embedder.model_id
-        for name, from_sessions in self.from_sessions.items():
-            summary[name] = {"pending": from_sessions.pending(db)}
+        with read_snapshot(self.shared.index_db) as db:
+            for name, index in self.indexes.items():
+                summary[name] = {"pending": pending(db, index)}
+                if index is vectors:
+                    summary[name]["model"] = vectors.embedder.model_id
+            for name, from_sessions in self.from_sessions.items():
+                summary[name] = {"pending": from_sessions.pending(db)}
         return summary
 
     # --- the indexes made from sessions ------------------------------------------

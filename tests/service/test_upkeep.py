@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 import oryxmem.daemon.indexer as indexer_module
+import oryxmem.service.upkeep as upkeep_module
 from oryxmem.config import Config
 from oryxmem.daemon.indexer import Indexer
 from oryxmem.daemon.worker import MemoryWorker
@@ -347,3 +348,30 @@ def test_a_stop_ends_the_indexers_step_mid_backlog_quietly(
     assert backlog_of(service)["vectors"] == 600  # and left nothing half taken in
     assert indexer.last_error is None
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def test_the_index_summary_is_one_snapshot_a_step_committed_meanwhile_shows_in_none(
+    in_daemon: MemoryService, workspace: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Health reads every index's backlog in one snapshot: the words indexes, taken in
+    by one write, are never shown one caught up and the other not."""
+    service = in_daemon
+    arrive(service, "pulled", [f"pulled note {n} about kettles" for n in range(50)])
+    other = MemoryService(workspace, Config.load(workspace.config_path))
+    real, reads = upkeep_module.pending, []
+
+    def pending_then_a_step(db: Any, index: Any, agent: str | None = None) -> int | None:
+        counted = real(db, index, agent)
+        reads.append(index.name)
+        if len(reads) == 1:  # another connection takes the rows into the words meanwhile
+            other.catch_up_indexes()
+        return counted
+
+    monkeypatch.setattr(upkeep_module, "pending", pending_then_a_step)
+    try:
+        summary = service.upkeep.index_summary()
+    finally:
+        other.close()
+    assert reads[:2] == ["keyword", "bm25"]
+    assert (summary["keyword"]["pending"], summary["bm25"]["pending"]) == (50, 50)
+    assert service.upkeep.index_summary()["bm25"]["pending"] == 0  # then as committed
