@@ -123,7 +123,8 @@ def rank(
     exact: set[int] = set()
     if mode in ("hybrid", "keyword"):
         words = _keyword_arm(db, agent, query, keyword)
-        exact = _holding_whole(db, query, words.row_ids.tolist(), words.texts)  # (meaning runs)
+        # (the meaning arm runs meanwhile)
+        exact = _holding_whole(db, query, words.row_ids.tolist(), words.texts)
     semantic = _NO_MEANING
     unembedded = 0
     if scorer is not None:

@@ -77,17 +77,19 @@ def held_in(service: MemoryService, agent: str) -> None:
 
 def texts_as_rows(service: MemoryService, agent: str) -> None:
     """The copy holds each of the agent's rows' content casefolded, and the whole-query
-    check from it finds what reading the rows finds, for every query and row."""
+    check from it finds what reading the rows finds, for every query and row: from the
+    whole copy, and from half of it with the other half read (rows a copy lacks)."""
     held = copies(service).copies[slot_of(service, agent)].texts
     rows = dict(
         service.db.execute("SELECT id, content FROM memory_entries WHERE agent = ?", [agent])
     )
     assert held == {row_id: content.casefold() for row_id, content in rows.items()}
+    half = dict(list(held.items())[::2])
     for query in [*QUERIES, *WHOLE]:
         with read_snapshot(service.index_db) as db:
-            assert _holding_whole(db, query, list(rows), held) == _holding_whole(
-                db, query, list(rows), None
-            ), query
+            read = _holding_whole(db, query, list(rows), None)
+            assert _holding_whole(db, query, list(rows), held) == read, query
+            assert _holding_whole(db, query, list(rows), half) == read, query
 
 
 def same_both_ways(service: MemoryService, agent: str, queries: list[str]) -> int:
